@@ -1,0 +1,50 @@
+// Comparing an output against a reference: the course's one correctness rule.
+//   pass  <=>  no NaN/Inf anywhere (unless the reference has the same -inf there)
+//          and |out - ref| <= atol + rtol·|ref| for every element
+//          and ||out - ref|| / ||ref|| <= max_rel_norm
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fa {
+
+struct Tolerance {
+  double atol = 1e-2;
+  double rtol = 1e-2;
+  double max_rel_norm = 1e-2;
+};
+
+// bf16 outputs (the seeds' rule: atol = rtol = 1e-2).
+inline Tolerance bf16_tolerance() { return Tolerance{}; }
+
+struct CompareResult {
+  double max_abs_err = 0;     // max |out - ref| over finite pairs
+  int64_t worst_index = -1;   // where it occurs (flat index in the compared arrays)
+  double worst_out = 0, worst_ref = 0;
+  double rel_norm = 0;        // ||out - ref||_2 / ||ref||_2
+  int64_t violations = 0;     // elements outside atol + rtol·|ref|
+  int64_t first_violation = -1;
+  int64_t nonfinite = 0;      // NaN/Inf in out where ref is finite (or NaN anywhere)
+  int64_t first_nonfinite = -1;
+  bool ok = false;
+  std::string summary() const;
+};
+
+// Compares n elements. A reference value of -inf (a fully masked row's LSE) demands exactly -inf.
+CompareResult compare(const float* out, const double* ref, size_t n, const Tolerance& tol);
+CompareResult compare(const float* out, const float* ref, size_t n, const Tolerance& tol);
+
+template <typename R>
+CompareResult compare(const std::vector<float>& out, const std::vector<R>& ref, const Tolerance& tol) {
+  if (out.size() != ref.size()) {
+    CompareResult r;
+    r.ok = false;
+    r.nonfinite = -1;
+    return r;
+  }
+  return compare(out.data(), ref.data(), out.size(), tol);
+}
+
+}  // namespace fa

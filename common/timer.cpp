@@ -1,0 +1,51 @@
+#include "common/timer.h"
+
+#include <algorithm>
+
+#include "common/cuda_check.h"
+#include "common/device_buffer.h"
+
+namespace fa {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+Timing time_on_stream(const std::function<void(cudaStream_t)>& fn, const TimingOptions& opt,
+                      cudaStream_t stream) {
+  int device = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&device));
+  int l2_bytes = 0;
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  // Writing twice the L2 size evicts everything the previous run left there.
+  DeviceBuffer<char> flush(opt.flush_l2 ? size_t(2) * size_t(std::max(l2_bytes, 1 << 20)) : 0);
+
+  for (int i = 0; i < opt.warmup; ++i) fn(stream);
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  cudaEvent_t start, stop;
+  FA_CUDA_CHECK(cudaEventCreate(&start));
+  FA_CUDA_CHECK(cudaEventCreate(&stop));
+  Timing t;
+  for (int i = 0; i < opt.iters; ++i) {
+    if (opt.flush_l2) FA_CUDA_CHECK(cudaMemsetAsync(flush.get(), i & 0xFF, flush.bytes(), stream));
+    FA_CUDA_CHECK(cudaEventRecord(start, stream));
+    fn(stream);
+    FA_CUDA_CHECK(cudaEventRecord(stop, stream));
+    FA_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    FA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    t.samples_ms.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  t.median_ms = median(t.samples_ms);
+  t.min_ms = *std::min_element(t.samples_ms.begin(), t.samples_ms.end());
+  t.max_ms = *std::max_element(t.samples_ms.begin(), t.samples_ms.end());
+  return t;
+}
+
+}  // namespace fa

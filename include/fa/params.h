@@ -1,0 +1,125 @@
+/// @file params.h
+/// @brief The public description of one attention call: tensors, shapes, strides and options.
+///
+/// Every step of the course takes the same `AttentionParams`, so the command-line tool, the test
+/// suite and the benchmark drive all steps through one interface.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace fa {
+
+/// @brief Element type of Q, K, V and O. LSE is always fp32.
+enum class DType : int {
+  bf16 = 0,  ///< bfloat16 storage, fp32 compute (the only type the course builds today)
+};
+
+/// @brief Which query sees which key when causal masking is on and N_q differs from N_kv.
+///
+/// Query row `i` may attend key column `j` when `j <= i + offset`, where
+/// - `top_left`:     offset = 0 (PyTorch `is_causal`; the mask's diagonal starts at the top-left
+///                   corner of the N_q × N_kv score matrix),
+/// - `bottom_right`: offset = N_kv - N_q (flash-attention's convention; the last query sees every
+///                   key, which is what decoding with a KV cache needs).
+/// With N_q == N_kv both are the same mask. With bottom-right alignment and N_q > N_kv the first
+/// N_q - N_kv rows see no key at all: their output is 0 and their LSE is -inf.
+enum class CausalAlign : int {
+  top_left = 0,      ///< offset 0
+  bottom_right = 1,  ///< offset N_kv - N_q
+};
+
+/// @brief Strides, in elements (not bytes), of a rank-4 tensor indexed (batch, head, sequence, dim).
+///
+/// A contiguous (B, H, N, D) tensor has {H·N·D, N·D, D, 1}; a contiguous (B, N, H, D) tensor has
+/// {N·H·D, D, H·D, 1}. All strides are 64-bit so tensors past 2³¹ elements index correctly.
+struct Strides {
+  int64_t batch = 0;  ///< elements between consecutive batch entries
+  int64_t head = 0;   ///< elements between consecutive heads
+  int64_t seq = 0;    ///< elements between consecutive sequence positions (rows)
+  int64_t dim = 1;    ///< elements between consecutive head-dim entries (must be 1 today)
+};
+
+/// @brief Strides of a contiguous tensor in (B, H, N, D) order.
+inline Strides bhnd_strides(int64_t heads, int64_t seqlen, int64_t head_dim) {
+  return Strides{heads * seqlen * head_dim, seqlen * head_dim, head_dim, 1};
+}
+
+/// @brief Strides of a contiguous tensor stored in (B, N, H, D) order, described as (b, h, n, d).
+inline Strides bnhd_strides(int64_t heads, int64_t seqlen, int64_t head_dim) {
+  return Strides{seqlen * heads * head_dim, head_dim, heads * head_dim, 1};
+}
+
+/// @brief One forward attention call: O = softmax(scale · Q·Kᵀ [+ causal mask]) · V.
+///
+/// Shapes: Q and O are (B, H_q, N_q, D); K and V are (B, H_kv, N_kv, D); LSE, when requested, is
+/// a contiguous fp32 (B, H_q, N_q) array. Query head `h` reads key/value head
+/// `h / (H_q / H_kv)` (grouped-query attention; H_kv == H_q is ordinary multi-head attention).
+struct AttentionParams {
+  const void* q = nullptr;  ///< device pointer, (B, H_q, N_q, D) with `q_stride`
+  const void* k = nullptr;  ///< device pointer, (B, H_kv, N_kv, D) with `k_stride`
+  const void* v = nullptr;  ///< device pointer, (B, H_kv, N_kv, D) with `v_stride`
+  void* o = nullptr;        ///< device pointer, (B, H_q, N_q, D) with `o_stride`
+  float* lse = nullptr;     ///< optional device pointer, contiguous (B, H_q, N_q) fp32, natural log
+
+  int64_t batch = 0;      ///< B
+  int64_t heads_q = 0;    ///< H_q, query (and output) heads
+  int64_t heads_kv = 0;   ///< H_kv, key/value heads; must divide H_q
+  int64_t seqlen_q = 0;   ///< N_q
+  int64_t seqlen_kv = 0;  ///< N_kv
+  int64_t head_dim = 0;   ///< D
+
+  Strides q_stride;  ///< strides of Q in elements
+  Strides k_stride;  ///< strides of K in elements
+  Strides v_stride;  ///< strides of V in elements
+  Strides o_stride;  ///< strides of O in elements
+
+  /// Softmax temperature. Zero (the default) means 1/sqrt(D); see `effective_scale()`.
+  float softmax_scale = 0.0f;
+  bool causal = false;                           ///< apply the causal mask
+  CausalAlign causal_align = CausalAlign::top_left;  ///< mask alignment when N_q != N_kv
+  DType dtype = DType::bf16;                     ///< element type of Q, K, V, O
+
+  /// @brief The scale actually used: `softmax_scale`, or 1/sqrt(D) when it is zero.
+  float effective_scale() const {
+    return softmax_scale != 0.0f ? softmax_scale
+                                 : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  }
+
+  /// @brief Offset of the causal diagonal: key j is visible to query i when j <= i + offset.
+  int64_t causal_offset() const {
+    return causal_align == CausalAlign::bottom_right ? seqlen_kv - seqlen_q : 0;
+  }
+};
+
+/// @brief Fill in contiguous (B, H, N, D) strides for all four tensors of `p` from its sizes.
+inline void set_bhnd_strides(AttentionParams& p) {
+  p.q_stride = bhnd_strides(p.heads_q, p.seqlen_q, p.head_dim);
+  p.k_stride = bhnd_strides(p.heads_kv, p.seqlen_kv, p.head_dim);
+  p.v_stride = bhnd_strides(p.heads_kv, p.seqlen_kv, p.head_dim);
+  p.o_stride = bhnd_strides(p.heads_q, p.seqlen_q, p.head_dim);
+}
+
+/// @brief Result of an API call: success, or failure with a message saying what was wrong.
+class Status {
+ public:
+  /// @brief A successful status.
+  static Status Ok() { return Status(); }
+  /// @brief A failed status carrying `message`.
+  static Status Error(std::string message) { return Status(std::move(message)); }
+
+  /// @brief True when the call succeeded.
+  bool ok() const { return ok_; }
+  /// @brief Why the call failed; empty on success.
+  const std::string& message() const { return message_; }
+
+ private:
+  Status() = default;
+  explicit Status(std::string message) : ok_(false), message_(std::move(message)) {}
+  bool ok_ = true;
+  std::string message_;
+};
+
+}  // namespace fa

@@ -1,0 +1,64 @@
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "common/cuda_check.h"
+#include "common/mask.h"
+#include "reference/gpu_reference.h"
+
+namespace fa {
+namespace {
+
+constexpr int kMaxHeadDim = 256;
+
+__global__ void reference_kernel(AttentionParams p, float scale, int64_t offset, float* o_out, float* lse_out) {
+  const int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;  // (b, h, i) flattened
+  const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
+  if (row >= rows) return;
+  const int64_t i = row % p.seqlen_q;
+  const int64_t h = (row / p.seqlen_q) % p.heads_q;
+  const int64_t b = row / (p.seqlen_q * p.heads_q);
+  const int64_t hk = kv_head_of(h, p.heads_q, p.heads_kv);
+  const int64_t D = p.head_dim;
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q) + b * p.q_stride.batch + h * p.q_stride.head + i * p.q_stride.seq;
+  const auto* k = static_cast<const __nv_bfloat16*>(p.k) + b * p.k_stride.batch + hk * p.k_stride.head;
+  const auto* v = static_cast<const __nv_bfloat16*>(p.v) + b * p.v_stride.batch + hk * p.v_stride.head;
+  const int64_t n_keys = visible_keys(i, p.seqlen_kv, p.causal, offset);  // keys [0, n_keys)
+
+  auto score = [&](int64_t j) {
+    float dot = 0.f;
+    for (int64_t d = 0; d < D; ++d) dot += __bfloat162float(q[d]) * __bfloat162float(k[j * p.k_stride.seq + d]);
+    return scale * dot;
+  };
+
+  // Pass 1: the row max.
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n_keys; ++j) m = fmaxf(m, score(j));
+  // Pass 2: exp-sum and the weighted sum of V rows.
+  float acc[kMaxHeadDim];
+  for (int64_t d = 0; d < D; ++d) acc[d] = 0.f;
+  float l = 0.f;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const float pj = expf(score(j) - m);
+    l += pj;
+    for (int64_t d = 0; d < D; ++d) acc[d] += pj * __bfloat162float(v[j * p.v_stride.seq + d]);
+  }
+  float* o = o_out + row * D;
+  for (int64_t d = 0; d < D; ++d) o[d] = n_keys > 0 ? acc[d] / l : 0.f;
+  if (lse_out) lse_out[row] = n_keys > 0 ? m + logf(l) : -INFINITY;
+}
+
+}  // namespace
+
+Status gpu_reference(const AttentionParams& p, float* o_out, float* lse_out, cudaStream_t stream) {
+  if (p.head_dim < 1 || p.head_dim > kMaxHeadDim) return Status::Error("gpu_reference: head dim must be in [1, 256]");
+  if (!p.q || !p.k || !p.v || !o_out) return Status::Error("gpu_reference: null pointer");
+  const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
+  const int threads = 128;
+  reference_kernel<<<unsigned(cdiv(rows, threads)), threads, 0, stream>>>(p, p.effective_scale(), p.causal_offset(),
+                                                                         o_out, lse_out);
+  FA_LAUNCH_RETURN();
+  return Status::Ok();
+}
+
+}  // namespace fa

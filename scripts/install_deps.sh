@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need beyond the CUDA toolkit, into .deps/ (never system-wide,
+# except through apt when asked with --system). Safe to run repeatedly.
+#   cuobjdump  — the static kernel checks read SASS with it. Some CUDA installs (e.g. minimal CI
+#                images) ship nvcc without it; then the NVIDIA wheel from PyPI provides it.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+deps=$root/.deps
+
+have_cuobjdump() {
+  command -v cuobjdump >/dev/null 2>&1 && return 0
+  local nvcc_dir
+  nvcc_dir=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")
+  [ -x "$nvcc_dir/cuobjdump" ] && return 0
+  [ -x "$deps/cuobjdump/nvidia/cu13/bin/cuobjdump" ] && return 0
+  return 1
+}
+
+if ! have_cuobjdump; then
+  echo "install_deps: cuobjdump not found; installing the nvidia-cuda-cuobjdump and -nvdisasm wheels into .deps/cuobjdump"
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$deps/cuobjdump" \
+    "nvidia-cuda-cuobjdump==13.2.51" "nvidia-cuda-nvdisasm==13.2.51"
+fi
+have_cuobjdump && echo "install_deps: cuobjdump ok"
+
+if [ "${1:-}" = "--system" ]; then
+  # Optional tools for the documentation and format checks.
+  if ! command -v doxygen >/dev/null 2>&1 || ! command -v clang-format >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq doxygen clang-format >/dev/null
+  fi
+fi

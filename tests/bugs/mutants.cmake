@@ -1,0 +1,49 @@
+# The bug catalog's mechanism. tests/bugs/<NN>-<bug>.patch is applied at build time to a copy of
+# steps/NN_*/attention.cu (a patch that no longer applies breaks the build), the copy is built
+# into its own test executable, and the ctest case bug.<NN>-<bug> passes only if the named
+# regression test FAILS on that build ("the mutant is killed").
+#
+#   fa_add_mutant(<NN> <bug> FILTER <gtest filter>)   run the step's GPU tests matching FILTER
+#   fa_add_mutant(<NN> <bug> STATIC [REQUIRE ...])    run the step's static checks on the mutant
+
+function(fa_add_mutant nn bug)
+  cmake_parse_arguments(A "STATIC" "FILTER;KERNEL" "REQUIRE" ${ARGN})
+  set(patch ${CMAKE_SOURCE_DIR}/tests/bugs/${nn}-${bug}.patch)
+  if(NOT EXISTS ${patch})
+    message(FATAL_ERROR "missing patch ${patch}")
+  endif()
+  fa_step_dir(${nn} dir)
+  file(RELATIVE_PATH rel ${CMAKE_SOURCE_DIR} ${dir})
+  set(root ${CMAKE_BINARY_DIR}/mutants/${nn}-${bug})
+  set(src ${root}/${rel}/attention.cu)
+  add_custom_command(OUTPUT ${src}
+    COMMAND ${CMAKE_COMMAND} -DSRC=${dir}/attention.cu -DPATCH=${patch} -DROOT=${root} -DREL=${rel}
+            -P ${CMAKE_SOURCE_DIR}/cmake/apply_patch.cmake
+    DEPENDS ${dir}/attention.cu ${patch} ${CMAKE_SOURCE_DIR}/cmake/apply_patch.cmake
+    COMMENT "Injecting bug ${nn}-${bug}")
+  set(obj fa_mutant_obj_${nn}_${bug})
+  add_library(${obj} OBJECT ${src})
+  target_link_libraries(${obj} PUBLIC fa_harness)
+  set(name bug.${nn}-${bug})
+  if(A_STATIC)
+    set(args)
+    if(A_REQUIRE)
+      list(APPEND args REQUIRE ${A_REQUIRE})
+    endif()
+    if(A_KERNEL)
+      list(APPEND args KERNEL ${A_KERNEL})
+    endif()
+    fa_sass_check_command(cmd ${obj} ${args})
+    add_test(NAME ${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/bugs/run_mutant.sh "*" ${cmd})
+    set_tests_properties(${name} PROPERTIES LABELS "bug;static;step${nn}")
+  else()
+    set(exe fa_mutant_${nn}_${bug})
+    fa_step_test_executable(${exe} ${obj} ${nn})
+    add_test(NAME ${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/bugs/run_mutant.sh "${A_FILTER}" $<TARGET_FILE:${exe}>)
+    set_tests_properties(${name} PROPERTIES LABELS "bug;gpu;step${nn}" SKIP_RETURN_CODE 77)
+  endif()
+endfunction()
+
+# ---- the catalog (docs/bug_catalog.md describes each entry) ---------------------------------
+fa_add_mutant(00 no_max_subtraction FILTER "LargeLogits.*")
+fa_add_mutant(00 causal_reversed FILTER "Shapes.*causal*")

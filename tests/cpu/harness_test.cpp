@@ -1,0 +1,168 @@
+// Host-side logic: the comparison rule, the FLOP counter, the mask helpers, the validation every
+// step runs first, the CLI parser and the counter-based random generator.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/cli.h"
+#include "common/compare.h"
+#include "common/flops.h"
+#include "common/mask.h"
+#include "common/random.h"
+#include "fa/registry.h"
+
+namespace fa {
+namespace {
+
+TEST(Compare, PassesWithinToleranceAndReportsWorstIndex) {
+  std::vector<double> ref{1.0, 2.0, -3.0, 0.5};
+  std::vector<float> out{1.001f, 2.0f, -3.02f, 0.5f};
+  CompareResult r = compare(out, ref, Tolerance{});
+  EXPECT_TRUE(r.ok) << r.summary();
+  EXPECT_EQ(r.worst_index, 2);
+  EXPECT_NEAR(r.max_abs_err, 0.02, 1e-6);
+}
+
+TEST(Compare, FailsOnElementOutsideAtolPlusRtol) {
+  std::vector<double> ref{1.0, 2.0};
+  std::vector<float> out{1.0f, 2.05f};  // 0.05 > 0.01 + 0.01·2
+  CompareResult r = compare(out, ref, Tolerance{1e-2, 1e-2, 1.0});
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.first_violation, 1);
+}
+
+TEST(Compare, FailsOnRelativeNorm) {
+  std::vector<double> ref(100, 1.0);
+  std::vector<float> out(100, 1.015f);  // every element inside atol+rtol, the norm is not
+  CompareResult r = compare(out, ref, Tolerance{1e-2, 1e-2, 1e-2});
+  EXPECT_EQ(r.violations, 0);
+  EXPECT_FALSE(r.ok);
+}
+
+TEST(Compare, FailsOnAnyNaNOrInf) {
+  std::vector<double> ref{1, 2, 3};
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> out{1, bad, 3};
+    CompareResult r = compare(out, ref, Tolerance{});
+    EXPECT_FALSE(r.ok);
+    EXPECT_EQ(r.first_nonfinite, 1);
+  }
+}
+
+TEST(Compare, MinusInfReferenceDemandsMinusInf) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  std::vector<double> ref{ninf, 1.0};
+  EXPECT_TRUE(compare(std::vector<float>{-INFINITY, 1.0f}, ref, Tolerance{}).ok);
+  EXPECT_FALSE(compare(std::vector<float>{0.0f, 1.0f}, ref, Tolerance{}).ok);
+  EXPECT_FALSE(compare(std::vector<float>{std::nanf(""), 1.0f}, ref, Tolerance{}).ok);
+}
+
+TEST(Flops, FullAndCausalCounts) {
+  AttentionParams p;
+  p.batch = 2;
+  p.heads_q = 3;
+  p.seqlen_q = p.seqlen_kv = 4;
+  p.head_dim = 64;
+  EXPECT_DOUBLE_EQ(attention_flops(p), 4.0 * 2 * 3 * 64 * 16);
+  p.causal = true;  // 1 + 2 + 3 + 4 = 10 visible pairs
+  EXPECT_DOUBLE_EQ(attention_flops(p), 4.0 * 2 * 3 * 64 * 10);
+  p.seqlen_q = 2;  // top-left, N_kv = 4: rows see 1 and 2 keys
+  EXPECT_DOUBLE_EQ(visible_pairs(2, 4, true, 0), 3.0);
+  EXPECT_DOUBLE_EQ(visible_pairs(2, 4, true, 2), 3.0 + 4.0);   // bottom-right: 3 and 4
+  EXPECT_DOUBLE_EQ(visible_pairs(4, 2, true, -2), 0 + 0 + 1 + 2);  // fully masked first rows
+}
+
+TEST(Mask, VisibleKeysAndDirection) {
+  EXPECT_TRUE(causal_visible(5, 5, 0));   // the diagonal is visible
+  EXPECT_FALSE(causal_visible(5, 6, 0));  // the future is not
+  EXPECT_EQ(visible_keys(0, 10, true, 0), 1);
+  EXPECT_EQ(visible_keys(3, 10, false, 0), 10);
+  EXPECT_EQ(visible_keys(0, 10, true, -3), 0);
+  EXPECT_EQ(visible_keys(20, 10, true, 0), 10);
+  EXPECT_EQ(kv_head_of(5, 8, 2), 1);
+  EXPECT_EQ(cdiv(1013, 64), 16);
+}
+
+AttentionParams valid_params() {
+  alignas(16) static char buf[64];
+  AttentionParams p;
+  p.q = p.k = p.v = buf;
+  p.o = buf;
+  p.batch = 1;
+  p.heads_q = p.heads_kv = 2;
+  p.seqlen_q = p.seqlen_kv = 17;
+  p.head_dim = 64;
+  set_bhnd_strides(p);
+  return p;
+}
+
+TEST(Validate, AcceptsValidAndRefusesEachBadInputWithAMessage) {
+  Capabilities caps;
+  EXPECT_TRUE(validate(valid_params(), caps).ok());
+  struct Case {
+    const char* what;
+    void (*spoil)(AttentionParams&);
+    const char* expect;
+  } cases[] = {
+      {"D=96", [](AttentionParams& p) { p.head_dim = 96; }, "head dim 96"},
+      {"N=0", [](AttentionParams& p) { p.seqlen_kv = 0; }, ">= 1"},
+      {"null", [](AttentionParams& p) { p.v = nullptr; }, "non-null"},
+      {"groups", [](AttentionParams& p) { p.heads_kv = 3; }, "multiple of H_kv"},
+      {"causal", [](AttentionParams& p) { p.causal = true; }, "causal"},
+      {"lse", [](AttentionParams& p) { p.lse = reinterpret_cast<float*>(16); }, "LSE"},
+      {"align", [](AttentionParams& p) { p.q = static_cast<const char*>(p.q) + 2; }, "aligned"},
+      {"stride", [](AttentionParams& p) { p.o_stride.dim = 3; }, "unit stride"},
+  };
+  for (const Case& c : cases) {
+    AttentionParams p = valid_params();
+    c.spoil(p);
+    Status st = validate(p, caps);
+    EXPECT_FALSE(st.ok()) << c.what;
+    EXPECT_NE(st.message().find(c.expect), std::string::npos) << c.what << ": " << st.message();
+  }
+}
+
+TEST(Validate, TensorSizeLimit) {
+  Capabilities caps;
+  caps.max_tensor_elements = int64_t(1) << 31;
+  AttentionParams p = valid_params();
+  p.batch = 1 << 20;  // 2^20 · 2 · 17 · 64 elements > 2^31
+  EXPECT_FALSE(validate(p, caps).ok());
+}
+
+TEST(Registry, UnknownStepIsAnError) {
+  Status st = run_step(987, AttentionParams{}, nullptr);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("unknown step 987"), std::string::npos);
+}
+
+TEST(Cli, ParsesAndRejects) {
+  CliArgs a({"--step", "3", "--causal", "--d=128", "--steps", "0,1,7"}, {"causal"}, {"step", "d", "steps"});
+  EXPECT_EQ(a.get_int("step", -1), 3);
+  EXPECT_EQ(a.get_int("d", 64), 128);
+  EXPECT_TRUE(a.flag("causal"));
+  EXPECT_EQ(a.get_int_list("steps", {}), (std::vector<int64_t>{0, 1, 7}));
+  EXPECT_THROW(CliArgs({"--bogus"}, {}, {}), std::invalid_argument);
+  EXPECT_THROW(CliArgs({"--d"}, {}, {"d"}), std::invalid_argument);
+  CliArgs b({"--d", "sixty"}, {}, {"d"});
+  EXPECT_THROW(b.get_int("d", 0), std::invalid_argument);
+}
+
+TEST(Random, DeterministicNormalWithSensibleMoments) {
+  EXPECT_EQ(normal_at(1, 42), normal_at(1, 42));
+  EXPECT_NE(normal_at(1, 42), normal_at(2, 42));
+  double sum = 0, sq = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    double x = normal_at(9, uint64_t(i));
+    sum += x;
+    sq += x * x;
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.01);
+  EXPECT_NEAR(sq / n, 1.0, 0.02);
+}
+
+}  // namespace
+}  // namespace fa

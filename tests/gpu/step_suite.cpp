@@ -1,0 +1,189 @@
+#include "tests/gpu/step_suite.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <sstream>
+#include <vector>
+
+#include "common/check.h"
+#include "common/cuda_check.h"
+#include "common/random.h"
+
+namespace fa::testing {
+namespace {
+
+// A fresh seed per test, derived from its name: every case sees different data, every run of
+// the same case the same data (so a failure reproduces).
+uint64_t seed_for(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : name) h = (h ^ uint8_t(c)) * 1099511628211ull;
+  return mix64(h);
+}
+
+std::string shape_name(const ProblemShape& s) {
+  std::ostringstream os;
+  os << "B" << s.batch << "_H" << s.heads_q;
+  if (s.heads_kv != s.heads_q) os << "_Hkv" << s.heads_kv;
+  os << "_N" << s.seqlen_q;
+  if (s.seqlen_kv != s.seqlen_q) os << "x" << s.seqlen_kv;
+  os << "_D" << s.head_dim;
+  if (s.causal) os << (s.align == CausalAlign::bottom_right ? "_causalBR" : "_causal");
+  if (s.layout == Layout::bnhd) os << "_bnhd";
+  return os.str();
+}
+
+class FnTest : public ::testing::Test {
+ public:
+  explicit FnTest(std::function<void()> body) : body_(std::move(body)) {}
+  void TestBody() override { body_(); }
+
+ private:
+  std::function<void()> body_;
+};
+
+void add_test(const std::string& suite, const std::string& name, std::function<void()> body) {
+  ::testing::RegisterTest(suite.c_str(), name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                          [body]() -> ::testing::Test* { return new FnTest(body); });
+}
+
+ProblemShape make(int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nkv, int64_t d, bool causal = false,
+                  CausalAlign align = CausalAlign::top_left) {
+  ProblemShape s;
+  s.batch = b;
+  s.heads_q = h;
+  s.heads_kv = hkv;
+  s.seqlen_q = nq;
+  s.seqlen_kv = nkv;
+  s.head_dim = d;
+  s.causal = causal;
+  s.align = align;
+  return s;
+}
+
+bool supports(const StepInfo& st, const ProblemShape& s) {
+  const Capabilities& c = st.caps;
+  bool dim_ok = false;
+  for (int d : c.head_dims) dim_ok |= (d == s.head_dim);
+  return dim_ok && (!s.causal || c.causal) && (s.heads_kv == s.heads_q || c.gqa);
+}
+
+// Registers `shape` under suite/name for `st` if the step supports it.
+void add_case(const StepInfo& st, const std::string& suite, ProblemShape shape, const std::string& tag = "") {
+  if (!supports(st, shape)) return;
+  std::string name = (tag.empty() ? "" : tag + "_") + shape_name(shape);
+  shape.seed = seed_for(suite + "." + name);
+  const StepInfo* step = &st;
+  add_test(suite, name, [step, shape] { expect_matches_reference(*step, shape); });
+}
+
+void register_for(const StepInfo& st) {
+  // Shapes: 1, 17, not-a-multiple-of-any-tile (1013 vs 1024), tile multiples, B and H > 1 with
+  // distinct data per head, both head dims, causal on and off.
+  for (int d : {64, 128}) {
+    for (bool causal : {false, true}) {
+      add_case(st, "Shapes", make(1, 1, 1, 1, 1, d, causal));
+      add_case(st, "Shapes", make(2, 3, 3, 17, 17, d, causal));
+      add_case(st, "Shapes", make(1, 2, 2, 64, 64, d, causal));
+      add_case(st, "Shapes", make(2, 2, 2, 1013, 1024, d, causal));
+      add_case(st, "Shapes", make(1, 2, 2, 1024, 1013, d, causal));
+      add_case(st, "Shapes", make(1, 4, 4, 4096, 4096, d, causal));
+    }
+    // Ragged cross-attention: N_q != N_kv with neither a tile multiple (stride confusion, #9).
+    add_case(st, "Ragged", make(1, 2, 2, 1013, 1531, d));
+    add_case(st, "Ragged", make(1, 2, 2, 1531, 1013, d));
+    add_case(st, "Ragged", make(3, 2, 2, 1, 777, d));
+    add_case(st, "Ragged", make(1, 1, 1, 333, 1, d));
+    // Causal alignment when N_q != N_kv, both conventions; bottom-right with N_q > N_kv leaves
+    // the first N_q - N_kv rows with no visible key (O = 0, LSE = -inf, never NaN).
+    add_case(st, "CausalAlign", make(1, 2, 2, 300, 1000, d, true, CausalAlign::top_left));
+    add_case(st, "CausalAlign", make(1, 2, 2, 300, 1000, d, true, CausalAlign::bottom_right));
+    add_case(st, "CausalAlign", make(1, 2, 2, 1000, 300, d, true, CausalAlign::top_left));
+    add_case(st, "FullyMaskedRows", make(1, 2, 2, 1000, 300, d, true, CausalAlign::bottom_right));
+    add_case(st, "FullyMaskedRows", make(2, 1, 1, 77, 5, d, true, CausalAlign::bottom_right));
+    // Structured inputs.
+    ProblemShape big = make(1, 2, 2, 515, 700, d);
+    big.input = InputKind::large_logits;  // logits with std ~100: exp overflows without the max
+    add_case(st, "LargeLogits", big);
+    big.causal = true;
+    add_case(st, "LargeLogits", big);
+    ProblemShape ident = make(1, 2, 2, 200, 200, d);
+    ident.input = InputKind::identity_qk;
+    add_case(st, "Structured", ident, "IdentityQK");
+    ProblemShape ramp = make(2, 2, 2, 129, 257, d);
+    ramp.input = InputKind::v_ramp;
+    add_case(st, "Structured", ramp, "VRamp");
+    // Layouts: (B, N, H, D) storage, and grouped-query / multi-query attention.
+    ProblemShape bnhd = make(2, 3, 3, 100, 130, d);
+    bnhd.layout = Layout::bnhd;
+    add_case(st, "Layout", bnhd);
+    add_case(st, "GQA", make(2, 4, 2, 97, 131, d));
+    add_case(st, "GQA", make(1, 8, 1, 64, 200, d, true));
+    // Long sequences: where low-precision softmax state drifts (seed bug #1).
+    add_case(st, "LongSeq", make(1, 2, 2, 8192, 8192, d));
+    add_case(st, "LongSeq", make(1, 2, 2, 8192, 8192, d, true));
+  }
+  // A custom softmax scale is honoured.
+  ProblemShape scaled = make(1, 2, 2, 150, 150, 64);
+  scaled.softmax_scale = 0.3f;
+  add_case(st, "Scale", scaled, "Custom0p3");
+
+  // Bad input: a clear error, and nothing written.
+  const StepInfo* step = &st;
+  auto bad = [step](const std::string& name, std::function<void(AttentionParams&)> spoil) {
+    add_test("BadInput", name, [step, spoil] {
+      FA_REQUIRE_GPU();
+      ProblemShape s = make(1, 2, 2, 64, 64, 64);
+      s.with_lse = step->caps.lse;
+      AttentionProblem prob(s);
+      AttentionParams p = prob.params();
+      spoil(p);
+      Status st = step->forward(p, nullptr);
+      FA_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_FALSE(st.ok()) << "bad input was accepted";
+      EXPECT_FALSE(st.message().empty());
+      std::vector<float> o = prob.output_bhnd();
+      size_t written = 0;
+      for (float x : o) written += !std::isnan(x);
+      EXPECT_EQ(written, 0u) << "the step wrote to O despite refusing the input";
+      std::cout << "    refused with: " << st.message() << "\n";
+    });
+  };
+  bad("HeadDim96", [](AttentionParams& p) { p.head_dim = 96; });
+  bad("ZeroSeqlen", [](AttentionParams& p) { p.seqlen_q = 0; });
+  bad("NegativeBatch", [](AttentionParams& p) { p.batch = -1; });
+  bad("NullQ", [](AttentionParams& p) { p.q = nullptr; });
+  bad("NullO", [](AttentionParams& p) { p.o = nullptr; });
+  bad("HeadsNotDivisible", [](AttentionParams& p) {
+    p.heads_q = 3;
+    p.heads_kv = 2;
+  });
+  bad("MisalignedPointer", [](AttentionParams& p) { p.k = static_cast<const char*>(p.k) + 2; });
+  bad("NonUnitDimStride", [](AttentionParams& p) { p.v_stride.dim = 2; });
+  if (!st.caps.causal) bad("CausalUnsupported", [](AttentionParams& p) { p.causal = true; });
+}
+
+}  // namespace
+
+const StepInfo& the_step() {
+  const auto& all = steps();
+  if (all.size() != 1) throw std::runtime_error("expected exactly one registered step in this test executable");
+  return all.front();
+}
+
+void expect_matches_reference(const StepInfo& step, const ProblemShape& shape) {
+  FA_REQUIRE_GPU();
+  ProblemShape s = shape;
+  s.with_lse = step.caps.lse;
+  AttentionProblem prob(s);
+  ReferenceData ref = compute_reference(prob);
+  CheckResult r = run_and_check(step, prob, ref);
+  EXPECT_TRUE(r.ok()) << "step " << step.number << " on " << to_string(s) << "\n  " << r.summary();
+}
+
+void register_step_suite() {
+  for (const StepInfo& st : steps()) register_for(st);
+}
+
+}  // namespace fa::testing

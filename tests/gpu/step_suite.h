@@ -1,0 +1,30 @@
+// The shared, parametrised GPU suite. Test names are stable: the bug catalog and the mutation
+// tests select them with gtest filters such as "Suite.LargeLogits*".
+#pragma once
+
+#include <string>
+
+#include "common/gpu.h"
+#include "common/problem.h"
+#include "fa/registry.h"
+
+namespace fa::testing {
+
+// Registers, for every registered step, the cases its capabilities allow.
+void register_step_suite();
+
+
+// Runs `step` on a fresh problem of `shape` and expects a match with the reference.
+void expect_matches_reference(const StepInfo& step, const ProblemShape& shape);
+
+// The single registered step of this executable (fails the test if there is not exactly one).
+const StepInfo& the_step();
+
+}  // namespace fa::testing
+
+// Skips the current test (reported as SKIPPED, never as a pass) when no GPU is present.
+#define FA_REQUIRE_GPU()                                                        \
+  do {                                                                          \
+    std::string fa_why_;                                                        \
+    if (!::fa::gpu_available(&fa_why_)) GTEST_SKIP() << fa_why_ << ": GPU test skipped"; \
+  } while (0)

@@ -1,0 +1,35 @@
+# Static kernel checks: read the compiled step objects with cuobjdump (no GPU needed) and assert
+# on resource use and instructions. One line per step: fa_static_check(NN [REQUIRE HMMA ...]
+# [KERNEL <regex of kernels the REQUIRE list applies to>]).
+find_program(FA_CUOBJDUMP cuobjdump
+  HINTS ${CUDAToolkit_BIN_DIR} ${CMAKE_SOURCE_DIR}/.deps/cuobjdump/nvidia/cu13/bin
+  DOC "cuobjdump (CUDA toolkit, or scripts/install_deps.sh installs it into .deps/)")
+if(NOT FA_CUOBJDUMP)
+  message(WARNING "cuobjdump not found: the static tests will fail until scripts/install_deps.sh has run")
+  set(FA_CUOBJDUMP cuobjdump-not-found)
+endif()
+
+add_executable(fa_sass_check ${CMAKE_SOURCE_DIR}/tests/static/sass_check.cpp)
+target_link_libraries(fa_sass_check PRIVATE GTest::gtest)
+
+# fa_sass_check_command(<out-var> <objects target> [REQUIRE ...] [KERNEL regex])
+function(fa_sass_check_command out target)
+  cmake_parse_arguments(A "" "KERNEL" "REQUIRE" ${ARGN})
+  set(cmd $<TARGET_FILE:fa_sass_check> --object=$<TARGET_OBJECTS:${target}> --cuobjdump=${FA_CUOBJDUMP})
+  foreach(r IN LISTS A_REQUIRE)
+    list(APPEND cmd --require=${r})
+  endforeach()
+  if(A_KERNEL)
+    list(APPEND cmd --kernel=${A_KERNEL})
+  endif()
+  set(${out} ${cmd} PARENT_SCOPE)
+endfunction()
+
+function(fa_static_check nn)
+  fa_sass_check_command(cmd fa_step${nn} ${ARGN})
+  add_test(NAME static.step${nn} COMMAND ${cmd})
+  set_tests_properties(static.step${nn} PROPERTIES LABELS "static;step${nn}")
+  set_property(GLOBAL PROPERTY FA_STATIC_ARGS_${nn} "${ARGN}")
+endfunction()
+
+fa_static_check(00)

@@ -1,0 +1,145 @@
+// Static checks of compiled kernels, read from the object file with cuobjdump (no GPU needed).
+//   fa_sass_check --object=<file.o> --cuobjdump=<path> [--require=HMMA ...] [--kernel=<regex>]
+// Tests: the object holds kernels; no kernel uses local memory (no spills, no stack arrays:
+// LDL/STL in SASS, LOCAL/STACK in the resource report); every --require'd instruction appears in
+// the kernels matching --kernel, for every architecture in the object.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Options {
+  std::vector<std::string> objects;
+  std::string cuobjdump = "cuobjdump";
+  std::vector<std::string> require;
+  std::string kernel = ".*";
+} g_opt;
+
+struct Kernel {
+  std::string arch, name, sass;
+};
+
+std::string run(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) {
+    *status = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  *status = pclose(f);
+  return out;
+}
+
+std::vector<Kernel> dump_sass(const std::string& object) {
+  int st = 0;
+  std::string text = run("'" + g_opt.cuobjdump + "' -sass '" + object + "'", &st);
+  if (st != 0) throw std::runtime_error("cuobjdump -sass failed (" + std::to_string(st) + "): " + text.substr(0, 400));
+  std::vector<Kernel> kernels;
+  std::string arch;
+  std::istringstream in(text);
+  std::string line;
+  static const std::regex arch_re(R"(arch = (sm_\d+a?))"), fn_re(R"(Function : (\S+))");
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_search(line, m, arch_re)) arch = m[1];
+    else if (std::regex_search(line, m, fn_re)) kernels.push_back({arch, m[1], ""});
+    else if (!kernels.empty()) kernels.back().sass += line + "\n";
+  }
+  return kernels;
+}
+
+std::vector<Kernel> all_kernels() {
+  std::vector<Kernel> all;
+  for (const auto& o : g_opt.objects) {
+    auto k = dump_sass(o);
+    all.insert(all.end(), k.begin(), k.end());
+  }
+  return all;
+}
+
+bool has_instruction(const std::string& sass, const std::string& mnemonic) {
+  // Opcode position: "/*0a30*/   HMMA.16816.F32.BF16 R4, ..." — match the mnemonic as a word.
+  std::regex re("\\*/\\s+(@!?U?P\\w+\\s+)?" + mnemonic + "(\\.|\\s)");
+  return std::regex_search(sass, re);
+}
+
+TEST(Sass, ObjectHoldsKernels) {
+  ASSERT_FALSE(g_opt.objects.empty()) << "no --object given";
+  auto kernels = all_kernels();
+  EXPECT_FALSE(kernels.empty()) << "cuobjdump found no kernels";
+  std::set<std::string> arches;
+  for (auto& k : kernels) arches.insert(k.arch);
+  for (auto& a : arches) std::cout << "  arch " << a << "\n";
+}
+
+TEST(Sass, NoLocalMemory) {
+  for (const auto& k : all_kernels()) {
+    EXPECT_FALSE(has_instruction(k.sass, "LDL") || has_instruction(k.sass, "STL"))
+        << k.arch << " " << k.name << " uses local memory (register spill or a stack array)";
+  }
+  for (const auto& o : g_opt.objects) {
+    int st = 0;
+    std::string res = run("'" + g_opt.cuobjdump + "' -res-usage '" + o + "'", &st);
+    ASSERT_EQ(st, 0) << res;
+    std::regex re(R"(STACK:(\d+).*LOCAL:(\d+))");
+    std::istringstream in(res);
+    std::string line, fn;
+    while (std::getline(in, line)) {
+      if (line.find("Function") != std::string::npos) fn = line;
+      std::smatch m;
+      if (std::regex_search(line, m, re)) {
+        EXPECT_EQ(std::stoi(m[1]), 0) << "stack frame in " << fn;
+        EXPECT_EQ(std::stoi(m[2]), 0) << "local memory in " << fn;
+      }
+    }
+  }
+}
+
+TEST(Sass, RequiredInstructions) {
+  if (g_opt.require.empty()) {
+    std::cout << "  (no instruction requirements for this step)\n";
+    return;
+  }
+  std::regex kernel_re(g_opt.kernel);
+  std::map<std::string, std::vector<const Kernel*>> by_arch;
+  auto kernels = all_kernels();
+  for (const auto& k : kernels)
+    if (std::regex_search(k.name, kernel_re)) by_arch[k.arch].push_back(&k);
+  ASSERT_FALSE(by_arch.empty()) << "no kernel matches --kernel=" << g_opt.kernel;
+  for (const auto& [arch, ks] : by_arch) {
+    for (const auto& ins : g_opt.require) {
+      bool found = false;
+      for (const Kernel* k : ks) found |= has_instruction(k->sass, ins);
+      EXPECT_TRUE(found) << arch << ": no " << ins << " in the kernels matching '" << g_opt.kernel << "'";
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto val = [&](const char* key) { return a.substr(std::string(key).size()); };
+    if (a.rfind("--object=", 0) == 0) g_opt.objects.push_back(val("--object="));
+    else if (a.rfind("--cuobjdump=", 0) == 0) g_opt.cuobjdump = val("--cuobjdump=");
+    else if (a.rfind("--require=", 0) == 0) g_opt.require.push_back(val("--require="));
+    else if (a.rfind("--kernel=", 0) == 0) g_opt.kernel = val("--kernel=");
+    else {
+      std::fprintf(stderr, "fa_sass_check: unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  return RUN_ALL_TESTS();
+}

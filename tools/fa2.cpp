@@ -1,0 +1,145 @@
+// fa2: the course's main tool.
+//   fa2 list                       the registered steps and what each teaches
+//   fa2 ladder [options]           every step on one shape, checked and timed, side by side
+//   fa2 run --step NN [shape]      one step on one shape
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "common/cli.h"
+#include "common/flops.h"
+#include "common/gpu.h"
+#include "common/timer.h"
+#include "fa/registry.h"
+#include "tools/commands.h"
+
+namespace fa::tools {
+
+bool require_gpu(const char* command) {
+  std::string why;
+  if (gpu_available(&why)) return true;
+  std::cerr << "fa2 " << command << ": " << why << ".\n"
+            << "This command runs CUDA kernels and needs an NVIDIA GPU (sm_80 or newer).\n";
+  return false;
+}
+
+int cmd_list(const std::vector<std::string>&) {
+  for (const StepInfo& s : steps()) {
+    std::printf("%02d_%-16s %s\n", s.number, s.name.c_str(), s.lesson.c_str());
+  }
+  return 0;
+}
+
+int cmd_run(const std::vector<std::string>& args) {
+  CliArgs cli(args, {"causal", "bottom-right", "bnhd", "no-check"},
+              {"step", "b", "h", "hkv", "nq", "nkv", "n", "d", "iters", "warmup", "scale"});
+  if (!cli.has("step")) throw std::invalid_argument("fa2 run needs --step NN (see fa2 list)");
+  const int number = int(cli.get_int("step", -1));
+  const StepInfo* step = find_step(number);
+  if (!step) {
+    Status st = run_step(number, AttentionParams{}, nullptr);  // the registry's own message
+    throw std::invalid_argument(st.message());
+  }
+  ProblemShape s;
+  s.batch = cli.get_int("b", 2);
+  s.heads_q = cli.get_int("h", 16);
+  s.heads_kv = cli.get_int("hkv", s.heads_q);
+  const int64_t n = cli.get_int("n", 4096);
+  s.seqlen_q = cli.get_int("nq", n);
+  s.seqlen_kv = cli.get_int("nkv", n);
+  s.head_dim = cli.get_int("d", 64);
+  s.causal = cli.flag("causal");
+  s.align = cli.flag("bottom-right") ? CausalAlign::bottom_right : CausalAlign::top_left;
+  s.layout = cli.flag("bnhd") ? Layout::bnhd : Layout::bhnd;
+  s.softmax_scale = float(cli.get_double("scale", 0.0));
+  s.with_lse = step->caps.lse;
+
+  // Validate the shape before touching the GPU, with stand-in pointers: bad input is reported
+  // the same way with or without a GPU, and nothing is allocated for it.
+  {
+    alignas(16) static char dummy[16];
+    AttentionParams p;
+    p.q = p.k = p.v = dummy;
+    p.o = dummy;
+    p.batch = s.batch;
+    p.heads_q = s.heads_q;
+    p.heads_kv = s.heads_kv;
+    p.seqlen_q = s.seqlen_q;
+    p.seqlen_kv = s.seqlen_kv;
+    p.head_dim = s.head_dim;
+    set_bhnd_strides(p);
+    p.causal = s.causal;
+    p.softmax_scale = s.softmax_scale;
+    if (Status st = validate(p, step->caps); !st.ok()) throw std::invalid_argument(st.message());
+  }
+  if (!require_gpu("run")) return 1;
+
+  AttentionProblem prob(s);
+  std::printf("step %02d_%s on %s\n", step->number, step->name.c_str(), to_string(s).c_str());
+  if (step->describe) std::printf("config: %s\n", step->describe(prob.params()).c_str());
+  if (!cli.flag("no-check")) {
+    ReferenceData ref = compute_reference(prob);
+    CheckResult r = run_and_check(*step, prob, ref);
+    std::printf("%s\n", r.summary().c_str());
+    if (!r.ok()) return 3;
+  }
+  TimingOptions opt;
+  opt.iters = int(cli.get_int("iters", 20));
+  opt.warmup = int(cli.get_int("warmup", 3));
+  AttentionParams p = prob.params();
+  Timing t = time_on_stream(
+      [&](cudaStream_t stream) {
+        Status st = step->forward(p, stream);
+        if (!st.ok()) throw std::runtime_error(st.message());
+      },
+      opt);
+  const double tflops = attention_flops(p) / (t.median_ms * 1e-3) / 1e12;
+  std::printf("median %.3f ms (min %.3f, max %.3f, %d runs)  %.1f TFLOP/s\n", t.median_ms, t.min_ms, t.max_ms,
+              opt.iters, tflops);
+  return 0;
+}
+
+}  // namespace fa::tools
+
+namespace {
+
+void usage() {
+  std::cerr << "usage: fa2 <command> [options]\n"
+               "  list                                  registered steps\n"
+               "  ladder [--steps 0,1,..] [--b 2 --h 16 --n 4096 --d 64] [--causal-only|--no-causal]\n"
+               "         [--csv FILE] [--iters 10]      every step on one shape: error, time, TFLOP/s\n"
+               "  run --step NN [--b --h --hkv --nq --nkv --n --d --causal --bottom-right --bnhd\n"
+               "         --scale S --iters N --no-check]\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage();
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    if (cmd == "list") return fa::tools::cmd_list(args);
+    if (cmd == "run") return fa::tools::cmd_run(args);
+    if (cmd == "ladder") return fa::tools::cmd_ladder(args);
+    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+      usage();
+      return 0;
+    }
+    std::cerr << "fa2: unknown command '" << cmd << "'\n";
+    usage();
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "fa2 " << cmd << ": error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "fa2 " << cmd << ": failed: " << e.what() << "\n";
+    return 1;
+  }
+}
