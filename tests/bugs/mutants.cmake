@@ -44,6 +44,23 @@ function(fa_add_mutant nn bug)
   endif()
 endfunction()
 
-# ---- the catalog (docs/bug_catalog.md describes each entry) ---------------------------------
-fa_add_mutant(00 no_max_subtraction FILTER "LargeLogits.*")
-fa_add_mutant(00 causal_reversed FILTER "Shapes.*causal*")
+# ---- the catalog: every tests/bugs/NN-<bug>.patch is a mutant ------------------------------
+# A patch starts with a header (ignored by `patch`) that names the regression test it must fail:
+#   Test: <gtest filter>              e.g.  Test: LargeLogits.*
+#   Static: [REQUIRE <ins>...] [KERNEL <regex>]   for a static (SASS) check instead
+# docs/bug_catalog.md describes each entry; tests/cpu/catalog_test.cpp keeps the two in sync.
+file(GLOB FA_BUG_PATCHES ${CMAKE_SOURCE_DIR}/tests/bugs/*.patch)
+foreach(patch IN LISTS FA_BUG_PATCHES)
+  get_filename_component(stem ${patch} NAME_WE)
+  string(SUBSTRING ${stem} 0 2 nn)
+  string(SUBSTRING ${stem} 3 -1 bug)
+  file(STRINGS ${patch} header REGEX "^(Test|Static):")
+  if(header MATCHES "^Test: *(.+)$")
+    fa_add_mutant(${nn} ${bug} FILTER "${CMAKE_MATCH_1}")
+  elseif(header MATCHES "^Static:(.*)$")
+    separate_arguments(static_args UNIX_COMMAND "${CMAKE_MATCH_1}")
+    fa_add_mutant(${nn} ${bug} STATIC ${static_args})
+  else()
+    message(FATAL_ERROR "${patch}: the header needs a 'Test: <filter>' or 'Static: ...' line")
+  endif()
+endforeach()
