@@ -36,7 +36,8 @@ ReferenceData compute_reference(const AttentionProblem& prob, ReferenceKind kind
   return ref;
 }
 
-CheckResult run_and_check(const StepInfo& step, AttentionProblem& prob, const ReferenceData& ref, const Tolerance& tol) {
+CheckResult run_and_check(const StepInfo& step, AttentionProblem& prob, const ReferenceData& ref,
+                          const Tolerance& tol) {
   CheckResult r;
   r.reference = ref.kind;
   prob.poison_outputs();

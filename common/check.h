@@ -13,9 +13,9 @@ namespace fa {
 enum class ReferenceKind { automatic, cpu, gpu };
 
 struct ReferenceData {
-  std::string kind;          // "cpu-fp64" or "gpu-fp32"
-  std::vector<double> o;     // contiguous (B, H_q, N_q, D)
-  std::vector<double> lse;   // contiguous (B, H_q, N_q)
+  std::string kind;         // "cpu-fp64" or "gpu-fp32"
+  std::vector<double> o;    // contiguous (B, H_q, N_q, D)
+  std::vector<double> lse;  // contiguous (B, H_q, N_q)
 };
 
 // The fp64 CPU reference for small problems (automatic: up to ~2^28 multiply-adds), else the
@@ -37,6 +37,8 @@ CheckResult run_and_check(const StepInfo& step, AttentionProblem& prob, const Re
                           const Tolerance& tol = bf16_tolerance());
 
 // LSE tolerance: it is an fp32 quantity of magnitude ~log(N_kv) + max logit.
-inline Tolerance lse_tolerance() { return Tolerance{1e-3, 1e-3, 1e-4}; }
+inline Tolerance lse_tolerance() {
+  return Tolerance{1e-3, 1e-3, 1e-4};
+}
 
 }  // namespace fa

@@ -17,16 +17,18 @@ struct Tolerance {
 };
 
 // bf16 outputs (the seeds' rule: atol = rtol = 1e-2).
-inline Tolerance bf16_tolerance() { return Tolerance{}; }
+inline Tolerance bf16_tolerance() {
+  return Tolerance{};
+}
 
 struct CompareResult {
-  double max_abs_err = 0;     // max |out - ref| over finite pairs
-  int64_t worst_index = -1;   // where it occurs (flat index in the compared arrays)
+  double max_abs_err = 0;    // max |out - ref| over finite pairs
+  int64_t worst_index = -1;  // where it occurs (flat index in the compared arrays)
   double worst_out = 0, worst_ref = 0;
-  double rel_norm = 0;        // ||out - ref||_2 / ||ref||_2
-  int64_t violations = 0;     // elements outside atol + rtol·|ref|
+  double rel_norm = 0;     // ||out - ref||_2 / ||ref||_2
+  int64_t violations = 0;  // elements outside atol + rtol·|ref|
   int64_t first_violation = -1;
-  int64_t nonfinite = 0;      // NaN/Inf in out where ref is finite (or NaN anywhere)
+  int64_t nonfinite = 0;  // NaN/Inf in out where ref is finite (or NaN anywhere)
   int64_t first_nonfinite = -1;
   bool ok = false;
   std::string summary() const;

@@ -12,18 +12,17 @@
 namespace fa {
 
 inline std::string cuda_error_string(cudaError_t err, const char* what, const char* file, int line) {
-  return std::string(what) + " failed at " + file + ":" + std::to_string(line) + ": " +
-         cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+  return std::string(what) + " failed at " + file + ":" + std::to_string(line) + ": " + cudaGetErrorName(err) + " (" +
+         cudaGetErrorString(err) + ")";
 }
 
 }  // namespace fa
 
 // Harness code: throw on any CUDA error.
-#define FA_CUDA_CHECK(call)                                                              \
-  do {                                                                                   \
-    cudaError_t fa_err_ = (call);                                                        \
-    if (fa_err_ != cudaSuccess)                                                          \
-      throw std::runtime_error(::fa::cuda_error_string(fa_err_, #call, __FILE__, __LINE__)); \
+#define FA_CUDA_CHECK(call)                                                                                            \
+  do {                                                                                                                 \
+    cudaError_t fa_err_ = (call);                                                                                      \
+    if (fa_err_ != cudaSuccess) throw std::runtime_error(::fa::cuda_error_string(fa_err_, #call, __FILE__, __LINE__)); \
   } while (0)
 
 // Library code: turn a CUDA error into an error Status and return it.

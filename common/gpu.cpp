@@ -10,7 +10,9 @@ bool gpu_available(std::string* why) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    if (why) *why = std::string("no CUDA GPU available (") + (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
+    if (why)
+      *why =
+          std::string("no CUDA GPU available (") + (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
     cudaGetLastError();  // clear the sticky-free error so later checks start clean
     return false;
   }

@@ -13,11 +13,15 @@
 namespace fa {
 
 // Ceiling division for positive sizes.
-FA_HD int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+FA_HD int64_t cdiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // Causal visibility: query row i sees key column j when j <= i + offset, where offset is 0 for
 // top-left alignment and N_kv - N_q for bottom-right (AttentionParams::causal_offset()).
-FA_HD bool causal_visible(int64_t i, int64_t j, int64_t offset) { return j <= i + offset; }
+FA_HD bool causal_visible(int64_t i, int64_t j, int64_t offset) {
+  return j <= i + offset;
+}
 
 // Number of keys query row i can see: all N_kv without the mask; with it, the prefix
 // [0, i + offset], clamped to [0, N_kv]. Zero means a fully masked row (O = 0, LSE = -inf).

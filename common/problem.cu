@@ -31,8 +31,8 @@ struct LayoutDecode {
   }
 };
 
-__global__ void generate_kernel(__nv_bfloat16* out, int64_t count, LayoutDecode dec, InputKind kind,
-                                uint64_t seed, uint64_t tensor) {
+__global__ void generate_kernel(__nv_bfloat16* out, int64_t count, LayoutDecode dec, InputKind kind, uint64_t seed,
+                                uint64_t tensor) {
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count;
        idx += int64_t(gridDim.x) * blockDim.x) {
     int64_t b, h, n, d;
@@ -41,7 +41,8 @@ __global__ void generate_kernel(__nv_bfloat16* out, int64_t count, LayoutDecode 
     uint64_t logical = ((uint64_t(b) * dec.heads + h) * dec.seqlen + n) * dec.dim + d;
     float x = normal_at(seed * 4 + tensor, logical);
     switch (kind) {
-      case InputKind::random: break;
+      case InputKind::random:
+        break;
       case InputKind::large_logits:
         if (tensor != kV) x *= 10.0f;
         break;
@@ -56,8 +57,7 @@ __global__ void generate_kernel(__nv_bfloat16* out, int64_t count, LayoutDecode 
   }
 }
 
-void generate(DeviceBuffer<__nv_bfloat16>& buf, const ProblemShape& s, int64_t heads, int64_t seqlen,
-              uint64_t tensor) {
+void generate(DeviceBuffer<__nv_bfloat16>& buf, const ProblemShape& s, int64_t heads, int64_t seqlen, uint64_t tensor) {
   LayoutDecode dec{heads, seqlen, s.head_dim, s.layout == Layout::bnhd};
   int64_t count = static_cast<int64_t>(buf.size());
   int blocks = static_cast<int>(std::min<int64_t>(cdiv(count, 256), 65535));
@@ -73,10 +73,14 @@ Strides layout_strides(Layout l, int64_t heads, int64_t seqlen, int64_t dim) {
 
 std::string to_string(InputKind k) {
   switch (k) {
-    case InputKind::random: return "random";
-    case InputKind::large_logits: return "large_logits";
-    case InputKind::identity_qk: return "identity_qk";
-    case InputKind::v_ramp: return "v_ramp";
+    case InputKind::random:
+      return "random";
+    case InputKind::large_logits:
+      return "large_logits";
+    case InputKind::identity_qk:
+      return "identity_qk";
+    case InputKind::v_ramp:
+      return "v_ramp";
   }
   return "?";
 }
@@ -140,9 +144,15 @@ std::vector<float> to_float(const DeviceBuffer<__nv_bfloat16>& buf) {
   return out;
 }
 
-std::vector<float> AttentionProblem::host_q() const { return to_float(q); }
-std::vector<float> AttentionProblem::host_k() const { return to_float(k); }
-std::vector<float> AttentionProblem::host_v() const { return to_float(v); }
+std::vector<float> AttentionProblem::host_q() const {
+  return to_float(q);
+}
+std::vector<float> AttentionProblem::host_k() const {
+  return to_float(k);
+}
+std::vector<float> AttentionProblem::host_v() const {
+  return to_float(v);
+}
 
 std::vector<float> AttentionProblem::output_bhnd() const {
   std::vector<float> raw = to_float(o);
@@ -159,6 +169,8 @@ std::vector<float> AttentionProblem::output_bhnd() const {
   return out;
 }
 
-std::vector<float> AttentionProblem::lse() const { return lse_buf.download(); }
+std::vector<float> AttentionProblem::lse() const {
+  return lse_buf.download();
+}
 
 }  // namespace fa

@@ -20,7 +20,7 @@ FA_HD uint64_t mix64(uint64_t x) {
 // Standard normal sample number `index` of stream `seed` (Box-Muller on two 32-bit uniforms).
 FA_HD float normal_at(uint64_t seed, uint64_t index) {
   uint64_t h = mix64(mix64(seed) ^ (index * 0xD1B54A32D192ED03ull));
-  float u1 = (static_cast<float>(h >> 40) + 1.0f) * (1.0f / 16777217.0f);  // (0, 1]
+  float u1 = (static_cast<float>(h >> 40) + 1.0f) * (1.0f / 16777217.0f);      // (0, 1]
   float u2 = static_cast<float>((h >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);  // [0, 1)
   return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
 }

@@ -19,7 +19,9 @@ std::string list_dims(const std::vector<int>& dims) {
   return os.str();
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
 
 }  // namespace
 
@@ -29,7 +31,9 @@ StepRegistrar::StepRegistrar(StepInfo info) {
   std::sort(list.begin(), list.end(), [](const StepInfo& a, const StepInfo& b) { return a.number < b.number; });
 }
 
-const std::vector<StepInfo>& steps() { return mutable_steps(); }
+const std::vector<StepInfo>& steps() {
+  return mutable_steps();
+}
 
 const StepInfo* find_step(int number) {
   for (const StepInfo& s : steps())
@@ -56,11 +60,11 @@ Status validate(const AttentionParams& p, const Capabilities& caps) {
                 " H_q=" + std::to_string(p.heads_q) + " H_kv=" + std::to_string(p.heads_kv) +
                 " N_q=" + std::to_string(p.seqlen_q) + " N_kv=" + std::to_string(p.seqlen_kv) + ")");
   if (std::find(caps.head_dims.begin(), caps.head_dims.end(), int(p.head_dim)) == caps.head_dims.end())
-    return fail("head dim " + std::to_string(p.head_dim) + " is not supported; supported: " +
-                list_dims(caps.head_dims));
+    return fail("head dim " + std::to_string(p.head_dim) +
+                " is not supported; supported: " + list_dims(caps.head_dims));
   if (p.heads_q % p.heads_kv != 0)
-    return fail("H_q (" + std::to_string(p.heads_q) + ") must be a multiple of H_kv (" +
-                std::to_string(p.heads_kv) + ")");
+    return fail("H_q (" + std::to_string(p.heads_q) + ") must be a multiple of H_kv (" + std::to_string(p.heads_kv) +
+                ")");
   if (p.heads_kv != p.heads_q && !caps.gqa) return fail("this step does not support H_kv < H_q");
   if (p.dtype != DType::bf16) return fail("only bf16 is supported");
   if (p.causal && !caps.causal) return fail("this step does not support the causal mask");

@@ -14,8 +14,7 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-Timing time_on_stream(const std::function<void(cudaStream_t)>& fn, const TimingOptions& opt,
-                      cudaStream_t stream) {
+Timing time_on_stream(const std::function<void(cudaStream_t)>& fn, const TimingOptions& opt, cudaStream_t stream) {
   int device = 0;
   FA_CUDA_CHECK(cudaGetDevice(&device));
   int l2_bytes = 0;

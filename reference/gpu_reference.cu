@@ -20,7 +20,8 @@ __global__ void reference_kernel(AttentionParams p, float scale, int64_t offset,
   const int64_t b = row / (p.seqlen_q * p.heads_q);
   const int64_t hk = kv_head_of(h, p.heads_q, p.heads_kv);
   const int64_t D = p.head_dim;
-  const auto* q = static_cast<const __nv_bfloat16*>(p.q) + b * p.q_stride.batch + h * p.q_stride.head + i * p.q_stride.seq;
+  const auto* q =
+      static_cast<const __nv_bfloat16*>(p.q) + b * p.q_stride.batch + h * p.q_stride.head + i * p.q_stride.seq;
   const auto* k = static_cast<const __nv_bfloat16*>(p.k) + b * p.k_stride.batch + hk * p.k_stride.head;
   const auto* v = static_cast<const __nv_bfloat16*>(p.v) + b * p.v_stride.batch + hk * p.v_stride.head;
   const int64_t n_keys = visible_keys(i, p.seqlen_kv, p.causal, offset);  // keys [0, n_keys)
@@ -56,7 +57,7 @@ Status gpu_reference(const AttentionParams& p, float* o_out, float* lse_out, cud
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
   const int threads = 128;
   reference_kernel<<<unsigned(cdiv(rows, threads)), threads, 0, stream>>>(p, p.effective_scale(), p.causal_offset(),
-                                                                         o_out, lse_out);
+                                                                          o_out, lse_out);
   FA_LAUNCH_RETURN();
   return Status::Ok();
 }

@@ -70,8 +70,8 @@ int cmd_ladder(const std::vector<std::string>& args) {
       row.name = st.name;
       row.lesson = st.lesson;
       row.causal = causal;
-      std::fprintf(stderr, "[ladder] (%zu/%zu) step %02d_%s%s ... ", idx + 1, wanted.size(), st.number,
-                   st.name.c_str(), causal ? " causal" : "");
+      std::fprintf(stderr, "[ladder] (%zu/%zu) step %02d_%s%s ... ", idx + 1, wanted.size(), st.number, st.name.c_str(),
+                   causal ? " causal" : "");
       if (causal && !st.caps.causal) {
         row.supported = false;
         std::fprintf(stderr, "no causal support, skipped\n");
@@ -110,8 +110,8 @@ int cmd_ladder(const std::vector<std::string>& args) {
   std::map<bool, double> prev_ms;
   for (const LadderRow& r : rows) {
     if (!r.supported) {
-      std::printf("| %02d_%s | %s | %s | — | — | — | — | — | not supported |\n", r.step, r.name.c_str(), r.lesson.c_str(),
-                  r.causal ? "yes" : "no");
+      std::printf("| %02d_%s | %s | %s | — | — | — | — | — | not supported |\n", r.step, r.name.c_str(),
+                  r.lesson.c_str(), r.causal ? "yes" : "no");
       continue;
     }
     std::string speedup = "—";
@@ -120,8 +120,8 @@ int cmd_ladder(const std::vector<std::string>& args) {
       std::snprintf(buf, sizeof buf, "%.2f×", prev_ms[r.causal] / r.ms);
       speedup = buf;
     }
-    std::printf("| %02d_%s | %s | %s | %.2e | %.2e | %.3f | %.1f | %s | %s |\n", r.step, r.name.c_str(), r.lesson.c_str(),
-                r.causal ? "yes" : "no", r.max_err, r.rel_err, r.ms, r.tflops, speedup.c_str(),
+    std::printf("| %02d_%s | %s | %s | %.2e | %.2e | %.3f | %.1f | %s | %s |\n", r.step, r.name.c_str(),
+                r.lesson.c_str(), r.causal ? "yes" : "no", r.max_err, r.rel_err, r.ms, r.tflops, speedup.c_str(),
                 r.ok ? "pass" : ("FAIL " + r.error).c_str());
     if (r.ms > 0) prev_ms[r.causal] = r.ms;
   }

@@ -78,20 +78,17 @@ struct AttentionParams {
 
   /// Softmax temperature. Zero (the default) means 1/sqrt(D); see `effective_scale()`.
   float softmax_scale = 0.0f;
-  bool causal = false;                           ///< apply the causal mask
+  bool causal = false;                               ///< apply the causal mask
   CausalAlign causal_align = CausalAlign::top_left;  ///< mask alignment when N_q != N_kv
-  DType dtype = DType::bf16;                     ///< element type of Q, K, V, O
+  DType dtype = DType::bf16;                         ///< element type of Q, K, V, O
 
   /// @brief The scale actually used: `softmax_scale`, or 1/sqrt(D) when it is zero.
   float effective_scale() const {
-    return softmax_scale != 0.0f ? softmax_scale
-                                 : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+    return softmax_scale != 0.0f ? softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   }
 
   /// @brief Offset of the causal diagonal: key j is visible to query i when j <= i + offset.
-  int64_t causal_offset() const {
-    return causal_align == CausalAlign::bottom_right ? seqlen_kv - seqlen_q : 0;
-  }
+  int64_t causal_offset() const { return causal_align == CausalAlign::bottom_right ? seqlen_kv - seqlen_q : 0; }
 };
 
 /// @brief Fill in contiguous (B, H, N, D) strides for all four tensors of `p` from its sizes.

@@ -32,12 +32,12 @@ using DescribeFn = std::string (*)(const AttentionParams& params);
 
 /// @brief One registered step.
 struct StepInfo {
-  int number = -1;          ///< the NN of steps/NN_name
-  std::string name;         ///< the folder name without the number, e.g. "naive"
-  std::string lesson;       ///< one line: what this step teaches
-  Capabilities caps;        ///< what it supports
-  ForwardFn forward = nullptr;       ///< the step's forward function
-  DescribeFn describe = nullptr;     ///< optional configuration description
+  int number = -1;                ///< the NN of steps/NN_name
+  std::string name;               ///< the folder name without the number, e.g. "naive"
+  std::string lesson;             ///< one line: what this step teaches
+  Capabilities caps;              ///< what it supports
+  ForwardFn forward = nullptr;    ///< the step's forward function
+  DescribeFn describe = nullptr;  ///< optional configuration description
 };
 
 /// @brief All registered steps, sorted by number.

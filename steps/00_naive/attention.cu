@@ -106,7 +106,9 @@ __global__ void pv_kernel(AttentionParams p, const float* probs) {
   }
 }
 
-unsigned grid_for(int64_t n, int threads) { return unsigned(std::min<int64_t>(cdiv(n, threads), 1 << 20)); }
+unsigned grid_for(int64_t n, int threads) {
+  return unsigned(std::min<int64_t>(cdiv(n, threads), 1 << 20));
+}
 
 const Capabilities kCaps = [] {
   Capabilities c;
@@ -142,8 +144,8 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
 }
 
 namespace {
-const StepRegistrar registrar({0, "naive", "S = QKᵀ in global memory, row softmax, O = PV: the O(N²) baseline",
-                               kCaps, &forward, nullptr});
+const StepRegistrar registrar({0, "naive", "S = QKᵀ in global memory, row softmax, O = PV: the O(N²) baseline", kCaps,
+                               &forward, nullptr});
 }  // namespace
 
 }  // namespace fa::step00

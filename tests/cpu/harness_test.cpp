@@ -70,7 +70,7 @@ TEST(Flops, FullAndCausalCounts) {
   EXPECT_DOUBLE_EQ(attention_flops(p), 4.0 * 2 * 3 * 64 * 10);
   p.seqlen_q = 2;  // top-left, N_kv = 4: rows see 1 and 2 keys
   EXPECT_DOUBLE_EQ(visible_pairs(2, 4, true, 0), 3.0);
-  EXPECT_DOUBLE_EQ(visible_pairs(2, 4, true, 2), 3.0 + 4.0);   // bottom-right: 3 and 4
+  EXPECT_DOUBLE_EQ(visible_pairs(2, 4, true, 2), 3.0 + 4.0);       // bottom-right: 3 and 4
   EXPECT_DOUBLE_EQ(visible_pairs(4, 2, true, -2), 0 + 0 + 1 + 2);  // fully masked first rows
 }
 

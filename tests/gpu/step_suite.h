@@ -13,7 +13,6 @@ namespace fa::testing {
 // Registers, for every registered step, the cases its capabilities allow.
 void register_step_suite();
 
-
 // Runs `step` on a fresh problem of `shape` and expects a match with the reference.
 void expect_matches_reference(const StepInfo& step, const ProblemShape& shape);
 
@@ -23,8 +22,8 @@ const StepInfo& the_step();
 }  // namespace fa::testing
 
 // Skips the current test (reported as SKIPPED, never as a pass) when no GPU is present.
-#define FA_REQUIRE_GPU()                                                        \
-  do {                                                                          \
-    std::string fa_why_;                                                        \
+#define FA_REQUIRE_GPU()                                                                 \
+  do {                                                                                   \
+    std::string fa_why_;                                                                 \
     if (!::fa::gpu_available(&fa_why_)) GTEST_SKIP() << fa_why_ << ": GPU test skipped"; \
   } while (0)

@@ -51,9 +51,12 @@ std::vector<Kernel> dump_sass(const std::string& object) {
   static const std::regex arch_re(R"(arch = (sm_\d+a?))"), fn_re(R"(Function : (\S+))");
   std::smatch m;
   while (std::getline(in, line)) {
-    if (std::regex_search(line, m, arch_re)) arch = m[1];
-    else if (std::regex_search(line, m, fn_re)) kernels.push_back({arch, m[1], ""});
-    else if (!kernels.empty()) kernels.back().sass += line + "\n";
+    if (std::regex_search(line, m, arch_re))
+      arch = m[1];
+    else if (std::regex_search(line, m, fn_re))
+      kernels.push_back({arch, m[1], ""});
+    else if (!kernels.empty())
+      kernels.back().sass += line + "\n";
   }
   return kernels;
 }
@@ -132,10 +135,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto val = [&](const char* key) { return a.substr(std::string(key).size()); };
-    if (a.rfind("--object=", 0) == 0) g_opt.objects.push_back(val("--object="));
-    else if (a.rfind("--cuobjdump=", 0) == 0) g_opt.cuobjdump = val("--cuobjdump=");
-    else if (a.rfind("--require=", 0) == 0) g_opt.require.push_back(val("--require="));
-    else if (a.rfind("--kernel=", 0) == 0) g_opt.kernel = val("--kernel=");
+    if (a.rfind("--object=", 0) == 0)
+      g_opt.objects.push_back(val("--object="));
+    else if (a.rfind("--cuobjdump=", 0) == 0)
+      g_opt.cuobjdump = val("--cuobjdump=");
+    else if (a.rfind("--require=", 0) == 0)
+      g_opt.require.push_back(val("--require="));
+    else if (a.rfind("--kernel=", 0) == 0)
+      g_opt.kernel = val("--kernel=");
     else {
       std::fprintf(stderr, "fa_sass_check: unknown argument %s\n", a.c_str());
       return 2;

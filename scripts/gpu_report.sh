@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# On a GPU machine: build, run every test (GPU tests, mutants, static checks), run
+# compute-sanitizer on every step at a small ragged shape, run the ladder, and write
+# docs/results/<gpu>.md and <gpu>.csv with the commit, GPU name and clocks.
+#   scripts/gpu_report.sh [results-dir]        (default docs/results)
+# Environment: BUILD_DIR (build), FA_COMMIT (default: git rev-parse), FA_CMAKE_ARGS,
+# FA_SKIP_SANITIZER=1 to skip the sanitizer pass, FA_LADDER_ARGS for extra ladder options.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+results=${1:-docs/results}
+build=${BUILD_DIR:-build}
+mkdir -p "$results"
+logs=$(mktemp -d)
+commit=${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+[ -n "$gpu" ] || { echo "gpu_report: no GPU found (nvidia-smi)"; exit 1; }
+slug=$(echo "$gpu" | tr -cs 'A-Za-z0-9' '_' | sed 's/_$//')
+
+echo "== build ($commit on $gpu)"
+gtest_arg=()
+[ -d .deps/googletest ] && gtest_arg=(-DFA_GTEST_SOURCE_DIR=.deps/googletest)
+# shellcheck disable=SC2086
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${gtest_arg[@]}" ${FA_CMAKE_ARGS:-} >"$logs/configure.log" 2>&1 &&
+  cmake --build "$build" -j "$(nproc)" >"$logs/build.log" 2>&1 || { tail -50 "$logs/configure.log" "$logs/build.log"; exit 1; }
+
+echo "== tests"
+(cd "$build" && ctest -j 8 --timeout 900 --output-on-failure) >"$logs/ctest.log" 2>&1
+ctest_rc=$?
+grep -E "tests passed|tests failed" "$logs/ctest.log"
+
+sanitizer_csv="$logs/sanitizer.csv"
+echo "step,tool,result,errors" >"$sanitizer_csv"
+if [ "${FA_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
+  echo "== compute-sanitizer"
+  for step in $("$build/fa2" list | cut -c1-2); do
+    for tool in memcheck racecheck initcheck synccheck; do
+      for causal in "" "--causal"; do
+        "$build/fa2" list | grep -q "^$step" || continue
+        log="$logs/san_${step}_${tool}${causal:+_causal}.log"
+        compute-sanitizer --tool "$tool" --error-exitcode 99 "$build/fa2" run --step "$step" --b 1 --h 2 --hkv 1 \
+          --nq 77 --nkv 131 --d 64 $causal --iters 1 --warmup 0 >"$log" 2>&1
+        rc=$?
+        if [ $rc -eq 2 ] && grep -q "does not support" "$log"; then continue; fi
+        errs=$(grep -oE "ERROR SUMMARY: [0-9]+" "$log" | grep -oE "[0-9]+" | tail -1)
+        res=clean
+        [ $rc -ne 0 ] && res="FAIL(rc=$rc)"
+        echo "$step,$tool${causal:+ causal},$res,${errs:-?}" >>"$sanitizer_csv"
+      done
+    done
+  done
+fi
+
+echo "== ladder"
+# shellcheck disable=SC2086
+"$build/fa2" ladder --csv "$logs/ladder_d64.csv" --d 64 ${FA_LADDER_ARGS:-} 2>"$logs/ladder_d64.err" | tee "$logs/ladder_d64.md"
+# shellcheck disable=SC2086
+"$build/fa2" ladder --csv "$logs/ladder_d128.csv" --d 128 ${FA_LADDER_ARGS:-} 2>"$logs/ladder_d128.err" | tee "$logs/ladder_d128.md"
+
+python3 scripts/write_report.py --logs "$logs" --out "$results" --slug "$slug" --gpu "$gpu" --commit "$commit" \
+  --ctest-rc "$ctest_rc"
+cp "$logs/ctest.log" "$results/${slug}_ctest.log"
+echo "== report: $results/$slug.md"
+exit $ctest_rc
