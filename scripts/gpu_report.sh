@@ -42,7 +42,7 @@ if [ "${FA_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null
           --nq 77 --nkv 131 --d 64 $causal --iters 1 --warmup 0 >"$log" 2>&1
         rc=$?
         if [ $rc -eq 2 ] && grep -q "does not support" "$log"; then continue; fi
-        errs=$(grep -oE "ERROR SUMMARY: [0-9]+" "$log" | grep -oE "[0-9]+" | tail -1)
+        errs=$(grep -oE "(ERROR|RACECHECK) SUMMARY: [0-9]+" "$log" | grep -oE "[0-9]+" | tail -1)
         res=clean
         [ $rc -ne 0 ] && res="FAIL(rc=$rc)"
         echo "$step,$tool${causal:+ causal},$res,${errs:-?}" >>"$sanitizer_csv"

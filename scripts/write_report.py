@@ -42,7 +42,7 @@ def main():
     lines = []
     lines.append(f"# GPU results: {args.gpu}\n")
     lines.append(f"- commit: `{args.commit}`")
-    lines.append(f"- date: {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC")
+    lines.append(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     lines.append(f"- GPU: {args.gpu}; SM clock now, max SM clock, memory clock, driver: {clocks}")
     lines.append(f"- CUDA: {sh('nvcc --version | tail -1')}")
     lines.append("- produced by `scripts/gpu_report.sh` (build, all tests, compute-sanitizer, ladder)\n")
