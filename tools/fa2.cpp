@@ -1,6 +1,7 @@
 // fa2: the course's main tool.
 //   fa2 list                       the registered steps and what each teaches
 //   fa2 ladder [options]           every step on one shape, checked and timed, side by side
+//   fa2 bench [options]            every step over a sweep of shapes, checked once, timed twice
 //   fa2 run --step NN [shape]      one step on one shape
 #include <cstdio>
 #include <exception>
@@ -111,6 +112,11 @@ void usage() {
                "  list                                  registered steps\n"
                "  ladder [--steps 0,1,..] [--b 2 --h 16 --n 4096 --d 64] [--causal-only|--no-causal]\n"
                "         [--csv FILE] [--iters 10]      every step on one shape: error, time, TFLOP/s\n"
+               "  bench [--steps 3,7] [--n 1024,4096] [--d 64,128] [--b B --h H] [--causal-only|--no-causal]\n"
+               "        [--csv FILE] [--iters 20 --warmup 3 --repeats 2] [--slow-max-n 4096] [--slow-steps 0,1,2]\n"
+               "        [--max-ms-per-point 1000] [--tokens 16384 --hidden 2048] [--no-seed-shape] [--dry-run]\n"
+               "                                        shape sweep (default: B·N = 16k tokens, H·D = 2048,\n"
+               "                                        N = 1k..16k, D = 64/128, causal and not, + B=2 H=16 N=4k D=64)\n"
                "  run --step NN [--b --h --hkv --nq --nkv --n --d --causal --bottom-right --bnhd\n"
                "         --scale S --iters N --no-check]\n";
 }
@@ -128,6 +134,7 @@ int main(int argc, char** argv) {
     if (cmd == "list") return fa::tools::cmd_list(args);
     if (cmd == "run") return fa::tools::cmd_run(args);
     if (cmd == "ladder") return fa::tools::cmd_ladder(args);
+    if (cmd == "bench") return fa::tools::cmd_bench(args);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       usage();
       return 0;
