@@ -58,4 +58,8 @@ function(fa_add_step nn name)
     PROPERTIES LABELS "gpu;step${nn}"
     DISCOVERY_TIMEOUT 60
     DISCOVERY_MODE PRE_TEST)
+  # Tensors past 2^31 elements (tens of GB): one at a time, never beside each other.
+  add_test(NAME step${nn}.Overflow.Past2To31Elements COMMAND fa_test_step${nn} --fa_large)
+  set_tests_properties(step${nn}.Overflow.Past2To31Elements PROPERTIES LABELS "gpu;step${nn};large"
+                       RESOURCE_LOCK gpu_memory SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 endfunction()

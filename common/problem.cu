@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/random.h"
 
@@ -141,6 +142,15 @@ std::vector<float> to_float(const DeviceBuffer<__nv_bfloat16>& buf) {
   std::vector<__nv_bfloat16> raw = buf.download();
   std::vector<float> out(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) out[i] = __bfloat162float(raw[i]);
+  return out;
+}
+
+std::vector<float> to_float(const DeviceBuffer<__nv_bfloat16>& buf, size_t offset, size_t count) {
+  if (offset + count > buf.size()) throw std::out_of_range("to_float: slice outside the buffer");
+  std::vector<__nv_bfloat16> raw(count);
+  FA_CUDA_CHECK(cudaMemcpy(raw.data(), buf.get() + offset, count * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+  std::vector<float> out(count);
+  for (size_t i = 0; i < count; ++i) out[i] = __bfloat162float(raw[i]);
   return out;
 }
 

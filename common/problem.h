@@ -64,7 +64,8 @@ class AttentionProblem {
   ProblemShape shape_;
 };
 
-// bf16 → float copies of a device buffer.
+// bf16 → float copies of a device buffer (or of `count` elements starting at `offset`).
 std::vector<float> to_float(const DeviceBuffer<__nv_bfloat16>& buf);
+std::vector<float> to_float(const DeviceBuffer<__nv_bfloat16>& buf, size_t offset, size_t count);
 
 }  // namespace fa

@@ -10,6 +10,7 @@
 #include "common/check.h"
 #include "common/cuda_check.h"
 #include "common/random.h"
+#include "reference/cpu_reference.h"
 
 namespace fa::testing {
 namespace {
@@ -166,6 +167,57 @@ void register_for(const StepInfo& st) {
 
 }  // namespace
 
+void expect_64bit_offsets(const StepInfo& step) {
+  FA_REQUIRE_GPU();
+  // B·H·N·D = 257·256·256·128 = 257·2^23 = 2^31 + 2^23; batch 256 starts at element 2^31.
+  ProblemShape s = make(257, 256, 256, 256, 256, 128);
+  s.seed = seed_for("Overflow");
+  s.with_lse = step.caps.lse;
+  const double elems = double(s.batch * s.heads_q * s.seqlen_q * s.head_dim);
+  ASSERT_GT(elems, double(int64_t(1) << 31));
+  if (step.caps.max_tensor_elements > 0 && elems > double(step.caps.max_tensor_elements)) {
+    alignas(16) static char dummy[16];
+    AttentionParams p;
+    p.q = p.k = p.v = dummy;
+    p.o = dummy;
+    p.batch = s.batch;
+    p.heads_q = p.heads_kv = s.heads_q;
+    p.seqlen_q = p.seqlen_kv = s.seqlen_q;
+    p.head_dim = s.head_dim;
+    set_bhnd_strides(p);
+    Status refused = step.forward(p, nullptr);
+    EXPECT_FALSE(refused.ok()) << "a step with a tensor-size limit must refuse a larger tensor";
+    return;
+  }
+  size_t free_bytes = 0, total = 0;
+  FA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  // Four bf16 tensors, plus step 00's N² score buffer, plus headroom.
+  const double need = 4 * elems * 2 + double(s.batch * s.heads_q) * s.seqlen_q * s.seqlen_kv * 4 + (2ull << 30);
+  if (double(free_bytes) < need)
+    GTEST_SKIP() << "needs " << need / 1e9 << " GB of free GPU memory, " << free_bytes / 1e9 << " GB free";
+  AttentionProblem prob(s);
+  AttentionParams p = prob.params();
+  if (!step.caps.lse) p.lse = nullptr;
+  Status st = step.forward(p, nullptr);
+  ASSERT_TRUE(st.ok()) << st.message();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  // Check heads 0 and H-1 of the last batch against the fp64 CPU reference.
+  const int64_t head_elems = s.seqlen_q * s.head_dim;
+  for (int64_t h : {int64_t(0), s.heads_q - 1}) {
+    const size_t off = size_t((s.batch - 1) * p.q_stride.batch + h * p.q_stride.head);
+    std::vector<float> q = to_float(prob.q, off, size_t(head_elems));
+    std::vector<float> k = to_float(prob.k, off, size_t(head_elems));
+    std::vector<float> v = to_float(prob.v, off, size_t(head_elems));
+    std::vector<float> o = to_float(prob.o, off, size_t(head_elems));
+    AttentionParams one = p;
+    one.batch = one.heads_q = one.heads_kv = 1;
+    set_bhnd_strides(one);
+    ReferenceOutput ref = cpu_reference(one, q.data(), k.data(), v.data());
+    CompareResult r = compare(o, ref.o, bf16_tolerance());
+    EXPECT_TRUE(r.ok) << "batch " << s.batch - 1 << " head " << h << " (element offset " << off << "): " << r.summary();
+  }
+}
+
 const StepInfo& the_step() {
   const auto& all = steps();
   if (all.size() != 1) throw std::runtime_error("expected exactly one registered step in this test executable");
@@ -184,6 +236,17 @@ void expect_matches_reference(const StepInfo& step, const ProblemShape& shape) {
 
 void register_step_suite() {
   for (const StepInfo& st : steps()) register_for(st);
+}
+
+void register_large_suite() {
+  // 64-bit offsets: Q, K, V and O each hold more than 2^31 elements. A step that claims no size
+  // limit must get the last batch (which starts exactly at element 2^31) right; a step with a
+  // limit must refuse the shape. Kept out of the regular suite: it needs ~20-40 GB of GPU memory,
+  // so ctest runs it alone (RESOURCE_LOCK).
+  for (const StepInfo& st : steps()) {
+    const StepInfo* step = &st;
+    add_test("Overflow", "Past2To31Elements", [step] { expect_64bit_offsets(*step); });
+  }
 }
 
 }  // namespace fa::testing

@@ -12,9 +12,14 @@ namespace fa::testing {
 
 // Registers, for every registered step, the cases its capabilities allow.
 void register_step_suite();
+// Registers the tests that need tens of GB of GPU memory (run alone: `--fa_large`).
+void register_large_suite();
 
 // Runs `step` on a fresh problem of `shape` and expects a match with the reference.
 void expect_matches_reference(const StepInfo& step, const ProblemShape& shape);
+
+// A tensor past 2^31 elements: correct results (or a clear refusal, for steps with a limit).
+void expect_64bit_offsets(const StepInfo& step);
 
 // The single registered step of this executable (fails the test if there is not exactly one).
 const StepInfo& the_step();
