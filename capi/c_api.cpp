@@ -1,0 +1,157 @@
+// The C interface of include/fa/c_api.h: a thin translation layer over the step registry.
+// It converts the C struct to fa::AttentionParams, checks the enums C cannot check for us, and
+// turns every failure (a Status, an exception, a CUDA error) into a return code and a message.
+#include "fa/c_api.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "fa/params.h"
+#include "fa/registry.h"
+
+namespace {
+
+// Copies `msg` into the caller's buffer, truncated and always NUL-terminated.
+void write_message(char* buf, size_t len, const std::string& msg) {
+  if (!buf || len == 0) return;
+  const size_t n = msg.size() < len - 1 ? msg.size() : len - 1;
+  std::memcpy(buf, msg.data(), n);
+  buf[n] = '\0';
+}
+
+int fail(char* err, size_t err_len, int code, const std::string& msg) {
+  write_message(err, err_len, msg);
+  return code;
+}
+
+fa::Strides strides_of(const fa_attention_params& c, int tensor) {
+  return fa::Strides{c.strides[tensor][FA_AXIS_BATCH], c.strides[tensor][FA_AXIS_HEAD],
+                     c.strides[tensor][FA_AXIS_SEQ], c.strides[tensor][FA_AXIS_DIM]};
+}
+
+// C struct → C++ params. Returns an empty string on success, else why the struct is malformed.
+// (Shape and capability checks are the step's job: fa::validate.)
+std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
+  if (!c) return "params is NULL";
+  if (c->dtype != FA_DTYPE_BF16) return "unknown dtype " + std::to_string(c->dtype) + "; supported: 0 (bf16)";
+  if (c->causal_align != FA_CAUSAL_TOP_LEFT && c->causal_align != FA_CAUSAL_BOTTOM_RIGHT)
+    return "unknown causal_align " + std::to_string(c->causal_align) + "; supported: 0 (top-left), 1 (bottom-right)";
+  p.q = c->q;
+  p.k = c->k;
+  p.v = c->v;
+  p.o = c->o;
+  p.lse = c->lse;
+  p.batch = c->batch;
+  p.heads_q = c->heads_q;
+  p.heads_kv = c->heads_kv;
+  p.seqlen_q = c->seqlen_q;
+  p.seqlen_kv = c->seqlen_kv;
+  p.head_dim = c->head_dim;
+  p.q_stride = strides_of(*c, FA_TENSOR_Q);
+  p.k_stride = strides_of(*c, FA_TENSOR_K);
+  p.v_stride = strides_of(*c, FA_TENSOR_V);
+  p.o_stride = strides_of(*c, FA_TENSOR_O);
+  p.softmax_scale = c->softmax_scale;
+  p.causal = c->causal != 0;
+  p.causal_align = c->causal_align == FA_CAUSAL_BOTTOM_RIGHT ? fa::CausalAlign::bottom_right : fa::CausalAlign::top_left;
+  p.dtype = fa::DType::bf16;
+  return "";
+}
+
+// The step, or an FA_ERROR_INVALID message listing the registered ones.
+const fa::StepInfo* lookup(int step, std::string& why) {
+  if (const fa::StepInfo* s = fa::find_step(step)) return s;
+  why = "unknown step " + std::to_string(step) + "; registered steps:";
+  for (const fa::StepInfo& s : fa::steps()) {
+    why += ' ';
+    why += std::to_string(s.number);
+  }
+  return nullptr;
+}
+
+// Shared front half of fa_validate / fa_forward: lookup, conversion, validation.
+int prepare(int step, const fa_attention_params* c, fa::AttentionParams& p, const fa::StepInfo*& info, char* err,
+            size_t err_len) {
+  std::string why;
+  info = lookup(step, why);
+  if (!info) return fail(err, err_len, FA_ERROR_INVALID, why);
+  why = convert(c, p);
+  if (!why.empty()) return fail(err, err_len, FA_ERROR_INVALID, why);
+  fa::Status st = fa::validate(p, info->caps);
+  if (!st.ok()) return fail(err, err_len, FA_ERROR_UNSUPPORTED, st.message());
+  write_message(err, err_len, "");
+  return FA_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+int fa_api_version(void) { return FA_C_API_VERSION; }
+
+size_t fa_attention_params_size(void) { return sizeof(fa_attention_params); }
+
+int fa_num_steps(void) { return static_cast<int>(fa::steps().size()); }
+
+int fa_step_info(int index, int* number, const char** name, const char** lesson, int* supports_causal,
+                 int* supports_lse) {
+  const auto& all = fa::steps();
+  if (index < 0 || static_cast<size_t>(index) >= all.size()) return FA_ERROR_INVALID;
+  const fa::StepInfo& s = all[static_cast<size_t>(index)];
+  // The registry is filled once at load time and never changes, so these pointers stay valid.
+  if (number) *number = s.number;
+  if (name) *name = s.name.c_str();
+  if (lesson) *lesson = s.lesson.c_str();
+  if (supports_causal) *supports_causal = s.caps.causal ? 1 : 0;
+  if (supports_lse) *supports_lse = s.caps.lse ? 1 : 0;
+  return FA_OK;
+}
+
+int fa_validate(int step, const fa_attention_params* p, char* err, size_t err_len) {
+  try {
+    fa::AttentionParams params;
+    const fa::StepInfo* info = nullptr;
+    return prepare(step, p, params, info, err, err_len);
+  } catch (const std::exception& e) {
+    return fail(err, err_len, FA_ERROR_RUNTIME, e.what());
+  } catch (...) {
+    return fail(err, err_len, FA_ERROR_RUNTIME, "unknown exception");
+  }
+}
+
+int fa_step_describe(int step, const fa_attention_params* p, char* buf, size_t buf_len) {
+  try {
+    std::string why;
+    const fa::StepInfo* info = lookup(step, why);
+    if (!info) return fail(buf, buf_len, FA_ERROR_INVALID, why);
+    fa::AttentionParams params;
+    why = convert(p, params);
+    if (!why.empty()) return fail(buf, buf_len, FA_ERROR_INVALID, why);
+    write_message(buf, buf_len, info->describe ? info->describe(params) : std::string());
+    return FA_OK;
+  } catch (const std::exception& e) {
+    return fail(buf, buf_len, FA_ERROR_RUNTIME, e.what());
+  } catch (...) {
+    return fail(buf, buf_len, FA_ERROR_RUNTIME, "unknown exception");
+  }
+}
+
+int fa_forward(int step, const fa_attention_params* p, void* stream, char* err, size_t err_len) {
+  try {
+    fa::AttentionParams params;
+    const fa::StepInfo* info = nullptr;
+    if (int rc = prepare(step, p, params, info, err, err_len); rc != FA_OK) return rc;
+    fa::Status st = info->forward(params, static_cast<cudaStream_t>(stream));
+    if (!st.ok()) return fail(err, err_len, FA_ERROR_RUNTIME, st.message());
+    return FA_OK;
+  } catch (const std::exception& e) {
+    return fail(err, err_len, FA_ERROR_RUNTIME, e.what());
+  } catch (...) {
+    return fail(err, err_len, FA_ERROR_RUNTIME, "unknown exception");
+  }
+}
+
+}  // extern "C"

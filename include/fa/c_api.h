@@ -1,0 +1,152 @@
+/// @file c_api.h
+/// @brief A small C interface to every course step, for callers in other languages.
+///
+/// The C++ API (`params.h`, `registry.h`) uses classes, `std::string` and exceptions-free
+/// `Status` objects that only C++ can consume. This header exposes the same registry through plain
+/// C types so that Python (ctypes, cffi), Rust, Julia or plain C can list the steps and run any of
+/// them on device memory they own. The library is `libfa2_capi.so` (CMake target `fa2_capi`);
+/// `scripts/compare.py` is a complete ctypes example.
+///
+/// Rules every function follows:
+/// - Nothing throws across this interface and nothing aborts; failures are return codes.
+/// - Functions that can fail return 0 on success and a non-zero `fa_status_code` otherwise, and
+///   (where they take `err`, `err_len`) write a NUL-terminated message into `err`, truncated to
+///   `err_len - 1` characters. `err` may be NULL; on success `err` is set to the empty string.
+/// - Strings returned through `const char**` are owned by the library and live until it is
+///   unloaded; do not free them.
+/// - Tensors are device pointers owned by the caller. Sizes and strides are in elements.
+#ifndef FA_C_API_H_
+#define FA_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define FA_CAPI_EXPORT __declspec(dllexport)
+#else
+#define FA_CAPI_EXPORT __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// @brief Version of this interface. It changes whenever `fa_attention_params` or a signature
+/// changes, so a caller with its own copy of the struct layout can refuse a mismatched library.
+#define FA_C_API_VERSION 1
+
+/// @brief Return codes of the functions that can fail.
+typedef enum fa_status_code {
+  FA_OK = 0,                ///< success
+  FA_ERROR_INVALID = 1,     ///< the call itself is malformed: NULL params, unknown step, bad enum
+  FA_ERROR_UNSUPPORTED = 2, ///< the step refused the input (shape, head dim, causal, alignment, ...)
+  FA_ERROR_RUNTIME = 3,     ///< the step accepted the input but a CUDA call failed
+} fa_status_code;
+
+/// @brief Index of a tensor in `fa_attention_params::strides`.
+enum {
+  FA_TENSOR_Q = 0,  ///< query, (B, H_q, N_q, D)
+  FA_TENSOR_K = 1,  ///< key, (B, H_kv, N_kv, D)
+  FA_TENSOR_V = 2,  ///< value, (B, H_kv, N_kv, D)
+  FA_TENSOR_O = 3,  ///< output, (B, H_q, N_q, D)
+};
+
+/// @brief Index of an axis in `fa_attention_params::strides[tensor]`.
+enum {
+  FA_AXIS_BATCH = 0,  ///< elements between consecutive batch entries
+  FA_AXIS_HEAD = 1,   ///< elements between consecutive heads
+  FA_AXIS_SEQ = 2,    ///< elements between consecutive sequence positions
+  FA_AXIS_DIM = 3,    ///< elements between consecutive head-dim entries (must be 1)
+};
+
+/// @brief Values of `fa_attention_params::causal_align` (see `fa::CausalAlign`).
+enum {
+  FA_CAUSAL_TOP_LEFT = 0,      ///< key j visible to query i when j <= i (PyTorch `is_causal`)
+  FA_CAUSAL_BOTTOM_RIGHT = 1,  ///< key j visible to query i when j <= i + N_kv - N_q
+};
+
+/// @brief Values of `fa_attention_params::dtype` (see `fa::DType`).
+enum {
+  FA_DTYPE_BF16 = 0,  ///< bfloat16 Q, K, V and O
+};
+
+/// @brief One forward attention call; the C mirror of `fa::AttentionParams`.
+///
+/// O = softmax(scale · Q·Kᵀ [+ causal mask]) · V. Q and O are (B, H_q, N_q, D); K and V are
+/// (B, H_kv, N_kv, D); LSE, when non-NULL, is a contiguous fp32 (B, H_q, N_q) array. Zero-fill the
+/// struct (`= {0}` in C, `ctypes` does it for you) and set what you need: a zero `softmax_scale`
+/// means 1/sqrt(D).
+typedef struct fa_attention_params {
+  const void* q;  ///< device pointer to Q
+  const void* k;  ///< device pointer to K
+  const void* v;  ///< device pointer to V
+  void* o;        ///< device pointer to O (written)
+  float* lse;     ///< optional device pointer to LSE (written when the step supports it), or NULL
+
+  int64_t batch;      ///< B
+  int64_t heads_q;    ///< H_q
+  int64_t heads_kv;   ///< H_kv; must divide H_q
+  int64_t seqlen_q;   ///< N_q
+  int64_t seqlen_kv;  ///< N_kv
+  int64_t head_dim;   ///< D
+
+  /// Strides in elements: `strides[FA_TENSOR_*][FA_AXIS_*]`. A contiguous (B, H, N, D) tensor has
+  /// {H·N·D, N·D, D, 1}; PyTorch's `tensor.stride()` gives exactly these numbers.
+  int64_t strides[4][4];
+
+  float softmax_scale;  ///< softmax temperature; 0 means 1/sqrt(D)
+  int32_t causal;       ///< non-zero: apply the causal mask
+  int32_t causal_align; ///< FA_CAUSAL_TOP_LEFT or FA_CAUSAL_BOTTOM_RIGHT
+  int32_t dtype;        ///< FA_DTYPE_BF16
+} fa_attention_params;
+
+/// @brief `FA_C_API_VERSION` of the loaded library.
+FA_CAPI_EXPORT int fa_api_version(void);
+
+/// @brief `sizeof(fa_attention_params)` in the loaded library, to check a foreign struct layout.
+FA_CAPI_EXPORT size_t fa_attention_params_size(void);
+
+/// @brief Number of registered steps.
+FA_CAPI_EXPORT int fa_num_steps(void);
+
+/// @brief Describes the step at position `index` (0 ≤ index < `fa_num_steps()`, in step order).
+/// @param index position in the step list (not the step number)
+/// @param[out] number the step number NN of steps/NN_name (may be NULL)
+/// @param[out] name the folder name without the number, e.g. "naive" (may be NULL)
+/// @param[out] lesson one line: what the step teaches (may be NULL)
+/// @param[out] supports_causal 1 when the step supports the causal mask, else 0 (may be NULL)
+/// @param[out] supports_lse 1 when the step writes LSE, else 0 (may be NULL)
+/// @return 0, or FA_ERROR_INVALID when `index` is out of range (outputs untouched).
+FA_CAPI_EXPORT int fa_step_info(int index, int* number, const char** name, const char** lesson, int* supports_causal,
+                                int* supports_lse);
+
+/// @brief Checks whether step `step` (its number) accepts `p`, without touching the GPU.
+///
+/// Runs the same validation the step runs first (pointers, sizes, head dim, causal, LSE, strides,
+/// alignment). Use it to tell "this step does not support the shape" apart from a real failure.
+/// @return 0 when the step would accept `p`; FA_ERROR_INVALID or FA_ERROR_UNSUPPORTED (with the
+/// reason in `err`) otherwise.
+FA_CAPI_EXPORT int fa_validate(int step, const fa_attention_params* p, char* err, size_t err_len);
+
+/// @brief Writes into `buf` the kernel configuration step `step` uses for `p` (e.g. its tile sizes),
+/// or the empty string when the step does not describe itself.
+/// @return 0, or FA_ERROR_INVALID for an unknown step or malformed `p`.
+FA_CAPI_EXPORT int fa_step_describe(int step, const fa_attention_params* p, char* buf, size_t buf_len);
+
+/// @brief Runs step `step` (its number, as in steps/NN_name) on `p`, asynchronously on `stream`.
+///
+/// Like every CUDA launch, it returns once the work is queued: synchronise `stream` before reading
+/// O. Errors that happen while the kernel runs surface at that synchronisation, not here.
+/// @param step step number
+/// @param p the call; pointers must be device memory of the current device
+/// @param stream a `cudaStream_t` (NULL: the legacy default stream)
+/// @param[out] err message buffer for failures (may be NULL)
+/// @param err_len size of `err` in bytes
+/// @return 0 on success; FA_ERROR_INVALID, FA_ERROR_UNSUPPORTED or FA_ERROR_RUNTIME with a message.
+FA_CAPI_EXPORT int fa_forward(int step, const fa_attention_params* p, void* stream, char* err, size_t err_len);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // FA_C_API_H_

@@ -1,0 +1,157 @@
+// The C interface (include/fa/c_api.h) as a foreign caller sees it: linked against the shared
+// library only, no GPU. Everything here is host logic: the step list, the struct layout, and the
+// error paths, which must answer before any CUDA call is made.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "fa/c_api.h"
+
+namespace {
+
+// A well-formed call on a contiguous (B, H, N, D) problem with stand-in, 16-byte aligned pointers.
+// Every test below breaks one thing, so validation must fail before the pointers are touched.
+fa_attention_params valid_params(int64_t head_dim = 64) {
+  alignas(16) static char dummy[64];
+  fa_attention_params p;
+  std::memset(&p, 0, sizeof p);
+  p.q = p.k = p.v = dummy;
+  p.o = dummy;
+  p.batch = 2;
+  p.heads_q = p.heads_kv = 4;
+  p.seqlen_q = p.seqlen_kv = 128;
+  p.head_dim = head_dim;
+  for (int t = 0; t < 4; ++t) {
+    p.strides[t][FA_AXIS_BATCH] = p.heads_q * p.seqlen_q * head_dim;
+    p.strides[t][FA_AXIS_HEAD] = p.seqlen_q * head_dim;
+    p.strides[t][FA_AXIS_SEQ] = head_dim;
+    p.strides[t][FA_AXIS_DIM] = 1;
+  }
+  p.dtype = FA_DTYPE_BF16;
+  p.causal_align = FA_CAUSAL_TOP_LEFT;
+  return p;
+}
+
+int first_step_number() {
+  int number = -1;
+  EXPECT_EQ(fa_step_info(0, &number, nullptr, nullptr, nullptr, nullptr), FA_OK);
+  return number;
+}
+
+TEST(CApi, VersionAndStructSizeMatchThisHeader) {
+  EXPECT_EQ(fa_api_version(), FA_C_API_VERSION);
+  EXPECT_EQ(fa_attention_params_size(), sizeof(fa_attention_params));
+}
+
+TEST(CApi, ListsEveryStepInOrderWithNamesAndLessons) {
+  const int n = fa_num_steps();
+  ASSERT_GE(n, 1) << "no step registered: the step objects were not linked into the library";
+  int previous = -1;
+  for (int i = 0; i < n; ++i) {
+    int number = -1, causal = -1, lse = -1;
+    const char* name = nullptr;
+    const char* lesson = nullptr;
+    ASSERT_EQ(fa_step_info(i, &number, &name, &lesson, &causal, &lse), FA_OK) << "index " << i;
+    EXPECT_GT(number, previous) << "steps must come sorted by number";
+    previous = number;
+    ASSERT_NE(name, nullptr);
+    ASSERT_NE(lesson, nullptr);
+    EXPECT_GT(std::strlen(name), 0u);
+    EXPECT_GT(std::strlen(lesson), 0u);
+    EXPECT_TRUE(causal == 0 || causal == 1);
+    EXPECT_TRUE(lse == 0 || lse == 1);
+  }
+}
+
+TEST(CApi, Step00IsTheNaiveBaseline) {
+  int number = -1;
+  const char* name = nullptr;
+  ASSERT_EQ(fa_step_info(0, &number, &name, nullptr, nullptr, nullptr), FA_OK);
+  EXPECT_EQ(number, 0);
+  EXPECT_STREQ(name, "naive");
+}
+
+TEST(CApi, StepInfoRejectsOutOfRangeIndexAndLeavesOutputsAlone) {
+  int number = 1234;
+  const char* name = "untouched";
+  EXPECT_NE(fa_step_info(-1, &number, &name, nullptr, nullptr, nullptr), FA_OK);
+  EXPECT_NE(fa_step_info(fa_num_steps(), &number, &name, nullptr, nullptr, nullptr), FA_OK);
+  EXPECT_EQ(number, 1234);
+  EXPECT_STREQ(name, "untouched");
+}
+
+TEST(CApi, ValidParamsPassValidation) {
+  fa_attention_params p = valid_params();
+  char err[256] = "stale";
+  EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_OK) << err;
+  EXPECT_STREQ(err, "") << "a successful call clears the message buffer";
+}
+
+TEST(CApi, UnknownStepIsInvalidAndListsTheRegisteredSteps) {
+  fa_attention_params p = valid_params();
+  char err[256] = {};
+  EXPECT_EQ(fa_forward(987, &p, nullptr, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("unknown step 987"), std::string::npos) << err;
+  EXPECT_NE(std::string(err).find("registered steps"), std::string::npos) << err;
+}
+
+TEST(CApi, NullParamsAreInvalid) {
+  char err[128] = {};
+  EXPECT_EQ(fa_forward(first_step_number(), nullptr, nullptr, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("NULL"), std::string::npos) << err;
+}
+
+TEST(CApi, UnknownEnumsAreInvalid) {
+  char err[256] = {};
+  fa_attention_params p = valid_params();
+  p.dtype = 7;
+  EXPECT_EQ(fa_forward(first_step_number(), &p, nullptr, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("dtype"), std::string::npos) << err;
+  p = valid_params();
+  p.causal_align = 5;
+  EXPECT_EQ(fa_forward(first_step_number(), &p, nullptr, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("causal_align"), std::string::npos) << err;
+}
+
+TEST(CApi, UnsupportedHeadDimIsRefusedWithWhatIsSupported) {
+  fa_attention_params p = valid_params(96);
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(p.strides[t][FA_AXIS_SEQ], 96);
+  char err[256] = {};
+  EXPECT_EQ(fa_forward(first_step_number(), &p, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("head dim 96"), std::string::npos) << err;
+  EXPECT_NE(std::string(err).find("supported"), std::string::npos) << err;
+}
+
+TEST(CApi, NegativeSizesAndNullPointersAreRefused) {
+  char err[256] = {};
+  fa_attention_params p = valid_params();
+  p.seqlen_kv = -3;
+  EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("N_kv=-3"), std::string::npos) << err;
+  p = valid_params();
+  p.o = nullptr;
+  EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("non-null"), std::string::npos) << err;
+}
+
+TEST(CApi, MessagesAreTruncatedAndTerminated) {
+  fa_attention_params p = valid_params(96);
+  char err[8];
+  std::memset(err, 'x', sizeof err);
+  EXPECT_NE(fa_forward(first_step_number(), &p, nullptr, err, sizeof err), FA_OK);
+  EXPECT_EQ(std::strlen(err), sizeof err - 1);
+  // A NULL buffer is allowed: the code alone reports the failure.
+  EXPECT_NE(fa_forward(first_step_number(), &p, nullptr, nullptr, 0), FA_OK);
+}
+
+// Only the error paths: describing a real step may consult a step's tuner, which needs a GPU.
+TEST(CApi, DescribeRejectsUnknownStepAndNullParams) {
+  fa_attention_params p = valid_params();
+  char buf[128] = {};
+  EXPECT_EQ(fa_step_describe(987, &p, buf, sizeof buf), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(buf).find("unknown step 987"), std::string::npos) << buf;
+  EXPECT_EQ(fa_step_describe(first_step_number(), nullptr, buf, sizeof buf), FA_ERROR_INVALID);
+}
+
+}  // namespace
