@@ -28,8 +28,8 @@ int fail(char* err, size_t err_len, int code, const std::string& msg) {
 }
 
 fa::Strides strides_of(const fa_attention_params& c, int tensor) {
-  return fa::Strides{c.strides[tensor][FA_AXIS_BATCH], c.strides[tensor][FA_AXIS_HEAD],
-                     c.strides[tensor][FA_AXIS_SEQ], c.strides[tensor][FA_AXIS_DIM]};
+  return fa::Strides{c.strides[tensor][FA_AXIS_BATCH], c.strides[tensor][FA_AXIS_HEAD], c.strides[tensor][FA_AXIS_SEQ],
+                     c.strides[tensor][FA_AXIS_DIM]};
 }
 
 // C struct → C++ params. Returns an empty string on success, else why the struct is malformed.
@@ -56,7 +56,8 @@ std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
   p.o_stride = strides_of(*c, FA_TENSOR_O);
   p.softmax_scale = c->softmax_scale;
   p.causal = c->causal != 0;
-  p.causal_align = c->causal_align == FA_CAUSAL_BOTTOM_RIGHT ? fa::CausalAlign::bottom_right : fa::CausalAlign::top_left;
+  p.causal_align =
+      c->causal_align == FA_CAUSAL_BOTTOM_RIGHT ? fa::CausalAlign::bottom_right : fa::CausalAlign::top_left;
   p.dtype = fa::DType::bf16;
   return "";
 }
@@ -90,11 +91,17 @@ int prepare(int step, const fa_attention_params* c, fa::AttentionParams& p, cons
 
 extern "C" {
 
-int fa_api_version(void) { return FA_C_API_VERSION; }
+int fa_api_version(void) {
+  return FA_C_API_VERSION;
+}
 
-size_t fa_attention_params_size(void) { return sizeof(fa_attention_params); }
+size_t fa_attention_params_size(void) {
+  return sizeof(fa_attention_params);
+}
 
-int fa_num_steps(void) { return static_cast<int>(fa::steps().size()); }
+int fa_num_steps(void) {
+  return static_cast<int>(fa::steps().size());
+}
 
 int fa_step_info(int index, int* number, const char** name, const char** lesson, int* supports_causal,
                  int* supports_lse) {

@@ -366,10 +366,10 @@ int cmd_bench(const std::vector<std::string>& args) {
         ++done;
         if (csv) {
           csv << row.step << ',' << s.batch << ',' << s.heads << ',' << s.heads << ',' << s.seqlen << ',' << s.seqlen
-              << ',' << s.head_dim << ',' << (s.causal ? 1 : 0) << ",bf16," << row.median_ms << ',' << row.tflops
-              << ',' << csv_field(gpu) << ',' << clock << ',' << csv_field(commit) << ',' << csv_field(row.config)
-              << ',' << rep << ',' << row.min_ms << ',' << row.max_ms << ',' << row.iters << ',' << row.max_abs_err
-              << ',' << s.family << '\n';
+              << ',' << s.head_dim << ',' << (s.causal ? 1 : 0) << ",bf16," << row.median_ms << ',' << row.tflops << ','
+              << csv_field(gpu) << ',' << clock << ',' << csv_field(commit) << ',' << csv_field(row.config) << ','
+              << rep << ',' << row.min_ms << ',' << row.max_ms << ',' << row.iters << ',' << row.max_abs_err << ','
+              << s.family << '\n';
           csv.flush();  // a long sweep that dies halfway still leaves its finished rows
         }
       }

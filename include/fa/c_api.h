@@ -37,10 +37,10 @@ extern "C" {
 
 /// @brief Return codes of the functions that can fail.
 typedef enum fa_status_code {
-  FA_OK = 0,                ///< success
-  FA_ERROR_INVALID = 1,     ///< the call itself is malformed: NULL params, unknown step, bad enum
-  FA_ERROR_UNSUPPORTED = 2, ///< the step refused the input (shape, head dim, causal, alignment, ...)
-  FA_ERROR_RUNTIME = 3,     ///< the step accepted the input but a CUDA call failed
+  FA_OK = 0,                 ///< success
+  FA_ERROR_INVALID = 1,      ///< the call itself is malformed: NULL params, unknown step, bad enum
+  FA_ERROR_UNSUPPORTED = 2,  ///< the step refused the input (shape, head dim, causal, alignment, ...)
+  FA_ERROR_RUNTIME = 3,      ///< the step accepted the input but a CUDA call failed
 } fa_status_code;
 
 /// @brief Index of a tensor in `fa_attention_params::strides`.
@@ -94,10 +94,10 @@ typedef struct fa_attention_params {
   /// {H·N·D, N·D, D, 1}; PyTorch's `tensor.stride()` gives exactly these numbers.
   int64_t strides[4][4];
 
-  float softmax_scale;  ///< softmax temperature; 0 means 1/sqrt(D)
-  int32_t causal;       ///< non-zero: apply the causal mask
-  int32_t causal_align; ///< FA_CAUSAL_TOP_LEFT or FA_CAUSAL_BOTTOM_RIGHT
-  int32_t dtype;        ///< FA_DTYPE_BF16
+  float softmax_scale;   ///< softmax temperature; 0 means 1/sqrt(D)
+  int32_t causal;        ///< non-zero: apply the causal mask
+  int32_t causal_align;  ///< FA_CAUSAL_TOP_LEFT or FA_CAUSAL_BOTTOM_RIGHT
+  int32_t dtype;         ///< FA_DTYPE_BF16
 } fa_attention_params;
 
 /// @brief `FA_C_API_VERSION` of the loaded library.
