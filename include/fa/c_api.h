@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/// @brief Marks a function of this interface as exported from the shared library.
 #if defined(_WIN32)
 #define FA_CAPI_EXPORT __declspec(dllexport)
 #else
