@@ -7,7 +7,7 @@
 #   fa_add_mutant(<NN> <bug> STATIC [REQUIRE ...])    run the step's static checks on the mutant
 
 function(fa_add_mutant nn bug)
-  cmake_parse_arguments(A "STATIC" "FILTER;KERNEL" "REQUIRE" ${ARGN})
+  cmake_parse_arguments(A "STATIC" "FILTER;KERNEL" "REQUIRE;ARGS" ${ARGN})
   set(patch ${CMAKE_SOURCE_DIR}/tests/bugs/${nn}-${bug}.patch)
   if(NOT EXISTS ${patch})
     message(FATAL_ERROR "missing patch ${patch}")
@@ -39,14 +39,19 @@ function(fa_add_mutant nn bug)
   else()
     set(exe fa_mutant_${nn}_${bug})
     fa_step_test_executable(${exe} ${obj} ${nn})
-    add_test(NAME ${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/bugs/run_mutant.sh "${A_FILTER}" $<TARGET_FILE:${exe}>)
+    add_test(NAME ${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/bugs/run_mutant.sh "${A_FILTER}" $<TARGET_FILE:${exe}>
+             ${A_ARGS})
     set_tests_properties(${name} PROPERTIES LABELS "bug;gpu;step${nn}" SKIP_RETURN_CODE 77)
+    if(A_ARGS MATCHES "--fa_large")
+      set_tests_properties(${name} PROPERTIES RESOURCE_LOCK gpu_memory)
+    endif()
   endif()
 endfunction()
 
 # ---- the catalog: every tests/bugs/NN-<bug>.patch is a mutant ------------------------------
 # A patch starts with a header (ignored by `patch`) that names the regression test it must fail:
 #   Test: <gtest filter>              e.g.  Test: LargeLogits.*
+#   Args: <extra arguments>           optional, e.g. Args: --fa_large (the >2^31-element suite)
 #   Static: [REQUIRE <ins>...] [KERNEL <regex>]   for a static (SASS) check instead
 # docs/bug_catalog.md describes each entry; tests/cpu/catalog_test.cpp keeps the two in sync.
 file(GLOB FA_BUG_PATCHES ${CMAKE_SOURCE_DIR}/tests/bugs/*.patch)
@@ -55,8 +60,13 @@ foreach(patch IN LISTS FA_BUG_PATCHES)
   string(SUBSTRING ${stem} 0 2 nn)
   string(SUBSTRING ${stem} 3 -1 bug)
   file(STRINGS ${patch} header REGEX "^(Test|Static):")
+  file(STRINGS ${patch} extra REGEX "^Args:")
+  set(mutant_args)
+  if(extra MATCHES "^Args: *(.+)$")
+    separate_arguments(mutant_args UNIX_COMMAND "${CMAKE_MATCH_1}")
+  endif()
   if(header MATCHES "^Test: *(.+)$")
-    fa_add_mutant(${nn} ${bug} FILTER "${CMAKE_MATCH_1}")
+    fa_add_mutant(${nn} ${bug} FILTER "${CMAKE_MATCH_1}" ARGS ${mutant_args})
   elseif(header MATCHES "^Static:(.*)$")
     separate_arguments(static_args UNIX_COMMAND "${CMAKE_MATCH_1}")
     fa_add_mutant(${nn} ${bug} STATIC ${static_args})
