@@ -7,7 +7,7 @@
 #   fa_add_mutant(<NN> <bug> STATIC [REQUIRE ...])    run the step's static checks on the mutant
 
 function(fa_add_mutant nn bug)
-  cmake_parse_arguments(A "STATIC" "FILTER;KERNEL" "REQUIRE;ARGS" ${ARGN})
+  cmake_parse_arguments(A "STATIC" "FILTER;KERNEL" "REQUIRE;MIN_COUNT;ARGS" ${ARGN})
   set(patch ${CMAKE_SOURCE_DIR}/tests/bugs/${nn}-${bug}.patch)
   if(NOT EXISTS ${patch})
     message(FATAL_ERROR "missing patch ${patch}")
@@ -29,6 +29,9 @@ function(fa_add_mutant nn bug)
     set(args)
     if(A_REQUIRE)
       list(APPEND args REQUIRE ${A_REQUIRE})
+    endif()
+    if(A_MIN_COUNT)
+      list(APPEND args MIN_COUNT ${A_MIN_COUNT})
     endif()
     if(A_KERNEL)
       list(APPEND args KERNEL ${A_KERNEL})

@@ -12,12 +12,15 @@ endif()
 add_executable(fa_sass_check ${CMAKE_SOURCE_DIR}/tests/static/sass_check.cpp)
 target_link_libraries(fa_sass_check PRIVATE GTest::gtest)
 
-# fa_sass_check_command(<out-var> <objects target> [REQUIRE ...] [KERNEL regex])
+# fa_sass_check_command(<out-var> <objects target> [REQUIRE ...] [MIN_COUNT <INS:N> ...] [KERNEL regex])
 function(fa_sass_check_command out target)
-  cmake_parse_arguments(A "" "KERNEL" "REQUIRE" ${ARGN})
+  cmake_parse_arguments(A "" "KERNEL" "REQUIRE;MIN_COUNT" ${ARGN})
   set(cmd $<TARGET_FILE:fa_sass_check> --object=$<TARGET_OBJECTS:${target}> --cuobjdump=${FA_CUOBJDUMP})
   foreach(r IN LISTS A_REQUIRE)
     list(APPEND cmd --require=${r})
+  endforeach()
+  foreach(r IN LISTS A_MIN_COUNT)
+    list(APPEND cmd --min-count=${r})
   endforeach()
   if(A_KERNEL)
     list(APPEND cmd --kernel=${A_KERNEL})
@@ -33,3 +36,8 @@ function(fa_static_check nn)
 endfunction()
 
 fa_static_check(00)
+# Tensor-core steps: HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async) in the attention
+# kernels, no local memory anywhere. 64 HMMA per kernel is one 64-key tile of the smallest
+# config at D = 64 with BOTH matmuls on tensor cores (32 for Q·Kᵀ + 32 for P·V): a kernel that
+# does P·V on CUDA cores (seed bug #6) has only half.
+fa_static_check(04 REQUIRE HMMA LDSM LDGSTS MIN_COUNT HMMA:64 KERNEL attention_kernel)

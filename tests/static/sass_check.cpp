@@ -1,8 +1,11 @@
 // Static checks of compiled kernels, read from the object file with cuobjdump (no GPU needed).
 //   fa_sass_check --object=<file.o> --cuobjdump=<path> [--require=HMMA ...] [--kernel=<regex>]
+//                 [--min-count=HMMA:64 ...]
 // Tests: the object holds kernels; no kernel uses local memory (no spills, no stack arrays:
 // LDL/STL in SASS, LOCAL/STACK in the resource report); every --require'd instruction appears in
-// the kernels matching --kernel, for every architecture in the object.
+// the kernels matching --kernel, for every architecture in the object; every --min-count'ed
+// instruction appears at least that many times in EACH kernel matching --kernel (e.g. a kernel
+// that does both Q·Kᵀ and P·V on tensor cores has at least twice the HMMAs of one of them).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -19,6 +22,7 @@ struct Options {
   std::vector<std::string> objects;
   std::string cuobjdump = "cuobjdump";
   std::vector<std::string> require;
+  std::vector<std::pair<std::string, int>> min_count;
   std::string kernel = ".*";
 } g_opt;
 
@@ -70,10 +74,18 @@ std::vector<Kernel> all_kernels() {
   return all;
 }
 
-bool has_instruction(const std::string& sass, const std::string& mnemonic) {
+std::regex instruction_regex(const std::string& mnemonic) {
   // Opcode position: "/*0a30*/   HMMA.16816.F32.BF16 R4, ..." — match the mnemonic as a word.
-  std::regex re("\\*/\\s+(@!?U?P\\w+\\s+)?" + mnemonic + "(\\.|\\s)");
-  return std::regex_search(sass, re);
+  return std::regex("\\*/\\s+(@!?U?P\\w+\\s+)?" + mnemonic + "(\\.|\\s)");
+}
+
+bool has_instruction(const std::string& sass, const std::string& mnemonic) {
+  return std::regex_search(sass, instruction_regex(mnemonic));
+}
+
+int count_instruction(const std::string& sass, const std::string& mnemonic) {
+  const std::regex re = instruction_regex(mnemonic);
+  return int(std::distance(std::sregex_iterator(sass.begin(), sass.end(), re), std::sregex_iterator()));
 }
 
 TEST(Sass, ObjectHoldsKernels) {
@@ -128,6 +140,25 @@ TEST(Sass, RequiredInstructions) {
   }
 }
 
+TEST(Sass, MinimumInstructionCounts) {
+  if (g_opt.min_count.empty()) {
+    std::cout << "  (no instruction counts required for this step)\n";
+    return;
+  }
+  std::regex kernel_re(g_opt.kernel);
+  int matched = 0;
+  for (const auto& k : all_kernels()) {
+    if (!std::regex_search(k.name, kernel_re)) continue;
+    ++matched;
+    for (const auto& [ins, n] : g_opt.min_count) {
+      const int got = count_instruction(k.sass, ins);
+      std::cout << "  " << k.arch << " " << k.name << ": " << got << " " << ins << "\n";
+      EXPECT_GE(got, n) << k.arch << " " << k.name << " has " << got << " " << ins << ", expected at least " << n;
+    }
+  }
+  EXPECT_GT(matched, 0) << "no kernel matches --kernel=" << g_opt.kernel;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,7 +174,15 @@ int main(int argc, char** argv) {
       g_opt.require.push_back(val("--require="));
     else if (a.rfind("--kernel=", 0) == 0)
       g_opt.kernel = val("--kernel=");
-    else {
+    else if (a.rfind("--min-count=", 0) == 0) {
+      const std::string spec = val("--min-count=");
+      const size_t colon = spec.find(':');
+      if (colon == std::string::npos) {
+        std::fprintf(stderr, "fa_sass_check: --min-count wants INSTRUCTION:N, got %s\n", spec.c_str());
+        return 2;
+      }
+      g_opt.min_count.emplace_back(spec.substr(0, colon), std::stoi(spec.substr(colon + 1)));
+    } else {
       std::fprintf(stderr, "fa_sass_check: unknown argument %s\n", a.c_str());
       return 2;
     }

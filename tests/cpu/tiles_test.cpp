@@ -1,0 +1,134 @@
+// The tile bookkeeping of the tensor-core steps (common/tiles.h) and the swizzle of
+// common/ptx/swizzle.h, checked against brute force on the CPU.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+#include "common/mask.h"
+#include "common/ptx/swizzle.h"
+#include "common/tiles.h"
+
+namespace fa {
+namespace {
+
+struct TileCase {
+  int64_t n_q, n_kv;
+  int block_m, block_n;
+  bool causal;
+  CausalAlign align;
+};
+
+// Every (Q tile, KV tile) pair of a problem, classified by brute force over all its elements.
+void check_case(const TileCase& c) {
+  const int64_t offset = c.align == CausalAlign::bottom_right ? c.n_kv - c.n_q : 0;
+  for (int64_t m_start = 0; m_start < c.n_q; m_start += c.block_m) {
+    const int end = kv_tile_end(m_start, c.block_m, c.block_n, c.n_kv, c.causal, offset);
+    const int first = kv_tile_first_masked(m_start, c.block_m, c.block_n, c.n_kv, c.causal, offset);
+    SCOPED_TRACE("n_q=" + std::to_string(c.n_q) + " n_kv=" + std::to_string(c.n_kv) + " bm=" +
+                 std::to_string(c.block_m) + " bn=" + std::to_string(c.block_n) + " causal=" +
+                 std::to_string(c.causal) + " offset=" + std::to_string(offset) + " m_start=" + std::to_string(m_start));
+    ASSERT_LE(first, end);
+    const int tiles = int(cdiv(c.n_kv, c.block_n));
+    ASSERT_LE(end, tiles);
+    for (int n = 0; n < tiles; ++n) {
+      bool any_visible = false, all_visible = true, any_real_visible = false;
+      for (int64_t i = m_start; i < m_start + c.block_m; ++i)
+        for (int64_t j = int64_t(n) * c.block_n; j < int64_t(n + 1) * c.block_n; ++j) {
+          const bool vis = j < c.n_kv && (!c.causal || causal_visible(i, j, offset));
+          any_visible |= vis;
+          all_visible &= vis;
+          any_real_visible |= vis && i < c.n_q;
+        }
+      if (n >= end) {
+        EXPECT_FALSE(any_real_visible) << "tile " << n << " is skipped but a row sees one of its keys";
+      }
+      if (n == end - 1) {
+        EXPECT_TRUE(any_visible) << "tile " << n << " is visited but no row sees any key: the loop runs too far";
+      }
+      if (n < first) {
+        EXPECT_TRUE(all_visible) << "tile " << n << " runs unmasked but hides some key from some row";
+      }
+      if (n == first && first < end) {
+        EXPECT_FALSE(all_visible) << "tile " << n << " is masked though every key is visible: wasted work";
+      }
+      if (c.causal && n < end && n >= first && (int64_t(n) + 1) * c.block_n <= c.n_kv) {
+        // A masked tile that is not the ragged last one straddles the diagonal.
+        EXPECT_TRUE(is_diagonal_tile(m_start, c.block_m, n, c.block_n, offset)) << "tile " << n;
+      }
+      if (c.causal) {
+        bool vis = false, masked = false;  // over the keys of the tile, ignoring N_kv
+        for (int64_t i = m_start; i < m_start + c.block_m; ++i)
+          for (int64_t j = int64_t(n) * c.block_n; j < int64_t(n + 1) * c.block_n; ++j)
+            (causal_visible(i, j, offset) ? vis : masked) = true;
+        EXPECT_EQ(is_diagonal_tile(m_start, c.block_m, n, c.block_n, offset), vis && masked) << "tile " << n;
+      }
+    }
+  }
+}
+
+TEST(Tiles, VisitAndMaskExactlyTheNeededTiles) {
+  for (int64_t n_q : {1, 17, 64, 100, 128, 300, 1000})
+    for (int64_t n_kv : {1, 5, 64, 77, 128, 300, 1013})
+      for (int bm : {64, 128})
+        for (int bn : {32, 64, 128})
+          for (bool causal : {false, true})
+            for (CausalAlign align : {CausalAlign::top_left, CausalAlign::bottom_right})
+              check_case({n_q, n_kv, bm, bn, causal, align});
+}
+
+TEST(Tiles, NonCausalVisitsAllAndMasksOnlyTheRaggedTile) {
+  EXPECT_EQ(kv_tile_end(0, 128, 64, 1000, false, 0), 16);
+  EXPECT_EQ(kv_tile_first_masked(0, 128, 64, 1000, false, 0), 15);  // 1000 = 15·64 + 40
+  EXPECT_EQ(kv_tile_first_masked(0, 128, 64, 1024, false, 0), 16);  // no mask at all
+}
+
+TEST(Tiles, QTileThatSeesNoKeyVisitsNothing) {
+  // Bottom-right alignment, N_q = 1000 > N_kv = 300: offset -700, rows 0..699 see nothing.
+  EXPECT_EQ(kv_tile_end(0, 128, 64, 300, true, -700), 0);
+  EXPECT_EQ(kv_tile_first_masked(0, 128, 64, 300, true, -700), 0);
+  EXPECT_GT(kv_tile_end(640, 128, 64, 300, true, -700), 0);
+}
+
+TEST(Swizzle, IsAPermutationOfEachRow) {
+  for (int row_elems : {64, 128})
+    for (int row = 0; row < 16; ++row) {
+      std::set<int> seen;
+      for (int col = 0; col < row_elems; ++col) {
+        const int off = ptx::swizzled_offset(row, col, row_elems);
+        EXPECT_GE(off, row * row_elems);
+        EXPECT_LT(off, (row + 1) * row_elems);
+        seen.insert(off);
+      }
+      EXPECT_EQ(int(seen.size()), row_elems);
+    }
+}
+
+TEST(Swizzle, EightRowsAtOneChunkHitEveryBankOnce) {
+  // One ldmatrix phase: 8 lanes read 16 bytes each from 8 consecutive rows at the same logical
+  // column. Conflict-free means the 8 chunks cover the 32 four-byte banks exactly once.
+  for (int row_elems : {64, 128})
+    for (int row0 = 0; row0 < 64; row0 += 8)
+      for (int col = 0; col < row_elems; col += 8) {
+        std::set<int> banks;
+        for (int r = row0; r < row0 + 8; ++r) {
+          const int byte = 2 * ptx::swizzled_offset(r, col, row_elems);
+          for (int w = 0; w < 4; ++w) banks.insert((byte / 4 + w) % 32);
+        }
+        EXPECT_EQ(banks.size(), 32u) << "row_elems " << row_elems << " rows " << row0 << ".. col " << col;
+      }
+}
+
+TEST(Swizzle, MovingRightBySixteenColumnsIsAnXor) {
+  for (int row_elems : {64, 128})
+    for (int row = 0; row < 32; ++row)
+      for (int colblock = 0; colblock < 2; ++colblock)
+        for (int cols = 0; cols < row_elems; cols += 16) {
+          const unsigned base = 2 * unsigned(ptx::swizzled_offset(row, colblock * 8, row_elems));
+          EXPECT_EQ(ptx::swizzle_move_right(base, cols),
+                    2 * unsigned(ptx::swizzled_offset(row, colblock * 8 + cols, row_elems)));
+        }
+}
+
+}  // namespace
+}  // namespace fa
