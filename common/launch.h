@@ -1,0 +1,23 @@
+// Launch-configuration checks shared by the steps' launchers (host code).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "fa/params.h"
+
+namespace fa {
+
+// CUDA's grid limits: 2^31 - 1 blocks along x, 65535 along y and z.
+constexpr int64_t kMaxGridX = 2147483647;
+constexpr int64_t kMaxGridYZ = 65535;
+
+// Ok when a grid of (x, y, z) blocks can be launched; otherwise an error that names the limit.
+// A launcher calls this before launching anything, so a refused input writes nothing.
+inline Status check_grid(int64_t x, int64_t y = 1, int64_t z = 1) {
+  if (x >= 1 && x <= kMaxGridX && y >= 1 && y <= kMaxGridYZ && z >= 1 && z <= kMaxGridYZ) return Status::Ok();
+  return Status::Error("this step would launch a grid of (" + std::to_string(x) + ", " + std::to_string(y) + ", " +
+                       std::to_string(z) + ") blocks; CUDA allows at most (2147483647, 65535, 65535)");
+}
+
+}  // namespace fa
