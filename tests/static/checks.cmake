@@ -36,6 +36,10 @@ function(fa_static_check nn)
 endfunction()
 
 fa_static_check(00)
+# CUDA-core steps: no local memory, no spills (register arrays indexed only by unrolled loops).
+fa_static_check(01)
+fa_static_check(02)
+fa_static_check(03)
 # Tensor-core steps: HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async) in the attention
 # kernels, no local memory anywhere. 64 HMMA per kernel is one 64-key tile of the smallest
 # config at D = 64 with BOTH matmuls on tensor cores (32 for Q·Kᵀ + 32 for P·V): a kernel that
