@@ -36,8 +36,7 @@ FA_HD int kv_tile_end(int64_t m_start, int block_m, int block_n, int64_t n_kv, b
 }
 
 /// First KV tile that needs per-element masking; tiles [0, first) are fully visible to every row.
-FA_HD int kv_tile_first_masked(int64_t m_start, int block_m, int block_n, int64_t n_kv, bool causal,
-                               int64_t offset) {
+FA_HD int kv_tile_first_masked(int64_t m_start, int block_m, int block_n, int64_t n_kv, bool causal, int64_t offset) {
   int64_t first = n_kv / block_n;  // a ragged last tile has keys past N_kv
   if (causal) {
     const int64_t first_row_keys = m_start + offset + 1;  // keys seen by the tile's first row

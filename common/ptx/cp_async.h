@@ -26,7 +26,9 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* gmem
 }
 
 /// Closes all copies issued since the previous commit into one group.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 
 /// Blocks until at most N of this thread's committed groups are still in flight.
 template <int N>

@@ -31,12 +31,24 @@
 namespace fa::ptx {
 
 /// Row (within a 16×16 block) and 8-column block whose address lane `lane` passes, per operand.
-FA_HD int ldsm_a_row(int lane) { return lane % 16; }
-FA_HD int ldsm_a_colblock(int lane) { return lane / 16; }
-FA_HD int ldsm_k_row(int lane) { return (lane / 16) * 8 + lane % 8; }
-FA_HD int ldsm_k_colblock(int lane) { return (lane / 8) % 2; }
-FA_HD int ldsm_v_row(int lane) { return ((lane / 8) % 2) * 8 + lane % 8; }
-FA_HD int ldsm_v_colblock(int lane) { return lane / 16; }
+FA_HD int ldsm_a_row(int lane) {
+  return lane % 16;
+}
+FA_HD int ldsm_a_colblock(int lane) {
+  return lane / 16;
+}
+FA_HD int ldsm_k_row(int lane) {
+  return (lane / 16) * 8 + lane % 8;
+}
+FA_HD int ldsm_k_colblock(int lane) {
+  return (lane / 8) % 2;
+}
+FA_HD int ldsm_v_row(int lane) {
+  return ((lane / 8) % 2) * 8 + lane % 8;
+}
+FA_HD int ldsm_v_colblock(int lane) {
+  return lane / 16;
+}
 
 #if defined(__CUDACC__)
 

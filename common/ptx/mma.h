@@ -35,14 +35,26 @@
 namespace fa::ptx {
 
 /// Where element i (0..7, two per register, low half first) of lane `lane`'s A fragment sits.
-FA_HD int mma_a_row(int lane, int i) { return lane / 4 + ((i / 2) % 2) * 8; }
-FA_HD int mma_a_col(int lane, int i) { return (lane % 4) * 2 + i % 2 + (i / 4) * 8; }
+FA_HD int mma_a_row(int lane, int i) {
+  return lane / 4 + ((i / 2) % 2) * 8;
+}
+FA_HD int mma_a_col(int lane, int i) {
+  return (lane % 4) * 2 + i % 2 + (i / 4) * 8;
+}
 /// Where element i (0..3) of lane `lane`'s B fragment sits (B is K×N; k is the row).
-FA_HD int mma_b_row(int lane, int i) { return (lane % 4) * 2 + i % 2 + (i / 2) * 8; }
-FA_HD int mma_b_col(int lane, int /*i*/) { return lane / 4; }
+FA_HD int mma_b_row(int lane, int i) {
+  return (lane % 4) * 2 + i % 2 + (i / 2) * 8;
+}
+FA_HD int mma_b_col(int lane, int /*i*/) {
+  return lane / 4;
+}
 /// Where accumulator i (0..3) of lane `lane` sits in the 16×8 C/D tile.
-FA_HD int mma_c_row(int lane, int i) { return lane / 4 + (i / 2) * 8; }
-FA_HD int mma_c_col(int lane, int i) { return (lane % 4) * 2 + i % 2; }
+FA_HD int mma_c_row(int lane, int i) {
+  return lane / 4 + (i / 2) * 8;
+}
+FA_HD int mma_c_col(int lane, int i) {
+  return (lane % 4) * 2 + i % 2;
+}
 
 #if defined(__CUDACC__)
 

@@ -37,10 +37,10 @@ namespace {
 using bf16 = __nv_bfloat16;
 using namespace fa::ptx;
 
-constexpr int BLOCK_M = 128;                // query rows per block
-constexpr int BLOCK_N = 64;                 // keys per K/V tile
-constexpr int STAGES = 2;                   // K/V tiles in flight: 2 = double buffering
-constexpr int NUM_WARPS = BLOCK_M / 16;     // each warp owns 16 query rows (one mma row tile)
+constexpr int BLOCK_M = 128;             // query rows per block
+constexpr int BLOCK_N = 64;              // keys per K/V tile
+constexpr int STAGES = 2;                // K/V tiles in flight: 2 = double buffering
+constexpr int NUM_WARPS = BLOCK_M / 16;  // each warp owns 16 query rows (one mma row tile)
 constexpr int NUM_THREADS = NUM_WARPS * 32;
 
 // Shared memory: the Q tile, then STAGES × (K tile, V tile), all (rows, HEAD_DIM) bf16 swizzled.
@@ -78,9 +78,9 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, int64_t s
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttentionParams params, const ScaleArgs scale) {
   static_assert(HEAD_DIM % 64 == 0, "the swizzle needs rows of at least 8 chunks of 16 bytes");
-  extern __shared__ uint4 smem[];  // uint4: 16-byte aligned, as cp.async and ldmatrix need
-  bf16* q_tile = reinterpret_cast<bf16*>(smem);   // (BLOCK_M, HEAD_DIM) bf16
-  bf16* kv_tiles = q_tile + BLOCK_M * HEAD_DIM;    // STAGES × [(BLOCK_N, HEAD_DIM) K, then V]
+  extern __shared__ uint4 smem[];                // uint4: 16-byte aligned, as cp.async and ldmatrix need
+  bf16* q_tile = reinterpret_cast<bf16*>(smem);  // (BLOCK_M, HEAD_DIM) bf16
+  bf16* kv_tiles = q_tile + BLOCK_M * HEAD_DIM;  // STAGES × [(BLOCK_N, HEAD_DIM) K, then V]
 
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int n_q = int(params.seqlen_q), n_kv = int(params.seqlen_kv);
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttentionP
     cp_async_commit();
 
     const bf16* k_tile = kv_tiles + (n_block % STAGES) * 2 * BLOCK_N * HEAD_DIM;  // (BLOCK_N, HEAD_DIM)
-    const bf16* v_tile = k_tile + BLOCK_N * HEAD_DIM;                              // (BLOCK_N, HEAD_DIM)
+    const bf16* v_tile = k_tile + BLOCK_N * HEAD_DIM;                             // (BLOCK_N, HEAD_DIM)
 
     // S = Q·Kᵀ on tensor cores: (16, HEAD_DIM) × (HEAD_DIM, BLOCK_N) per warp, fp32 accumulators.
     float s[BLOCK_N / 8][4];  // (16, BLOCK_N) fp32 as BLOCK_N/8 accumulator tiles
@@ -224,7 +224,9 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttentionP
     // P in bf16, straight from the S accumulators (same layout as an A fragment, no shuffles).
     uint32_t p[BLOCK_N / 16][4];  // (16, BLOCK_N) bf16 as BLOCK_N/16 A fragments
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_N / 16; ++kk) accumulators_to_a(p[kk], s[2 * kk], s[2 * kk + 1]);
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+      accumulators_to_a(p[kk], s[2 * kk], s[2 * kk + 1]);
+    }
 
     // O += P·V on tensor cores: (16, BLOCK_N) × (BLOCK_N, HEAD_DIM), accumulating into fp32 o_i.
 #pragma unroll
@@ -295,7 +297,7 @@ Status forward_with_scale_placement(const AttentionParams& p, ScalePlacement pla
   if (Status st = check_tile_limits(p, BLOCK_M); !st.ok()) return st;
   const float scale = p.effective_scale();
   constexpr float kLog2e = 1.4426950408889634f;
-  ScaleArgs args{1.0f, 1.0f, scale * kLog2e};                                   // (c)
+  ScaleArgs args{1.0f, 1.0f, scale * kLog2e};                                           // (c)
   if (placement == ScalePlacement::q_bf16) args = ScaleArgs{scale, 1.0f, kLog2e};       // (a)
   if (placement == ScalePlacement::scores_fp32) args = ScaleArgs{1.0f, scale, kLog2e};  // (b)
   return p.head_dim == 64 ? launch<64>(p, args, stream) : launch<128>(p, args, stream);
@@ -307,8 +309,8 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
 
 namespace {
 const StepRegistrar registrar({4, "fp32_state",
-                               "tensor cores: mma.sync bf16 Q·Kᵀ and P·V, ldmatrix, cp.async; m, l, O stay fp32",
-                               kCaps, &forward, &describe});
+                               "tensor cores: mma.sync bf16 Q·Kᵀ and P·V, ldmatrix, cp.async; m, l, O stay fp32", kCaps,
+                               &forward, &describe});
 }  // namespace
 
 }  // namespace fa::step04

@@ -25,9 +25,10 @@ void check_case(const TileCase& c) {
   for (int64_t m_start = 0; m_start < c.n_q; m_start += c.block_m) {
     const int end = kv_tile_end(m_start, c.block_m, c.block_n, c.n_kv, c.causal, offset);
     const int first = kv_tile_first_masked(m_start, c.block_m, c.block_n, c.n_kv, c.causal, offset);
-    SCOPED_TRACE("n_q=" + std::to_string(c.n_q) + " n_kv=" + std::to_string(c.n_kv) + " bm=" +
-                 std::to_string(c.block_m) + " bn=" + std::to_string(c.block_n) + " causal=" +
-                 std::to_string(c.causal) + " offset=" + std::to_string(offset) + " m_start=" + std::to_string(m_start));
+    SCOPED_TRACE("n_q=" + std::to_string(c.n_q) + " n_kv=" + std::to_string(c.n_kv) +
+                 " bm=" + std::to_string(c.block_m) + " bn=" + std::to_string(c.block_n) +
+                 " causal=" + std::to_string(c.causal) + " offset=" + std::to_string(offset) +
+                 " m_start=" + std::to_string(m_start));
     ASSERT_LE(first, end);
     const int tiles = int(cdiv(c.n_kv, c.block_n));
     ASSERT_LE(end, tiles);

@@ -155,8 +155,10 @@ __global__ void ldmatrix_kernel(const uint16_t* tile_in, uint16_t* out, int oper
     for (int cb = 0; cb < COLS / 16; ++cb) {
       const uint32_t addr = smem_u32(tile) + rb * 16 * COLS * 2 + swizzle_move_right(off, cb * 16);
       uint32_t r[4];
-      if (operand == 2) ldmatrix_x4_trans(r, addr);
-      else ldmatrix_x4(r, addr);
+      if (operand == 2)
+        ldmatrix_x4_trans(r, addr);
+      else
+        ldmatrix_x4(r, addr);
       for (int i = 0; i < 4; ++i) {
         uint16_t* o = out + (((rb * (COLS / 16) + cb) * 32 + lane) * 4 + i) * 2;
         o[0] = uint16_t(r[i] & 0xFFFF);

@@ -20,9 +20,12 @@ using step04::ScalePlacement;
 
 const char* placement_name(ScalePlacement p) {
   switch (p) {
-    case ScalePlacement::q_bf16: return "(a) Q·scale in bf16";
-    case ScalePlacement::scores_fp32: return "(b) fp32 scores·scale";
-    case ScalePlacement::folded_exp2: return "(c) folded into exp2";
+    case ScalePlacement::q_bf16:
+      return "(a) Q·scale in bf16";
+    case ScalePlacement::scores_fp32:
+      return "(b) fp32 scores·scale";
+    case ScalePlacement::folded_exp2:
+      return "(c) folded into exp2";
   }
   return "?";
 }

@@ -45,3 +45,6 @@ fa_static_check(03)
 # config at D = 64 with BOTH matmuls on tensor cores (32 for Q·Kᵀ + 32 for P·V): a kernel that
 # does P·V on CUDA cores (seed bug #6) has only half.
 fa_static_check(04 REQUIRE HMMA LDSM LDGSTS MIN_COUNT HMMA:64 KERNEL attention_kernel)
+fa_static_check(05 REQUIRE HMMA LDSM LDGSTS MIN_COUNT HMMA:64 KERNEL attention_kernel)
+fa_static_check(06 REQUIRE HMMA LDSM LDGSTS MIN_COUNT HMMA:64 KERNEL attention_kernel)
+fa_static_check(07 REQUIRE HMMA LDSM LDGSTS MIN_COUNT HMMA:64 KERNEL attention_kernel)
