@@ -20,6 +20,7 @@
 // step 04 moves both matmuls onto them.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/cuda_check.h"
@@ -48,7 +49,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
   // ---- pointers: the block's Q tile and (batch, head) come from the grid
   const int lane = row_lane();
   const int64_t q_start = int64_t(blockIdx.x) * BLOCK_M;
-  const int64_t bh = blockIdx.y;
+  const int64_t bh = int64_t(blockIdx.z) * gridDim.y + blockIdx.y;  // z is used only past 65535 (b, h) pairs
+  if (bh >= params.batch * params.heads_q) return;  // the last z slice may be partly empty
   const int64_t b = bh / params.heads_q, h = bh % params.heads_q;
   const int64_t hk = kv_head_of(h, params.heads_q, params.heads_kv);
   const bf16* q_ptr = static_cast<const bf16*>(params.q) + b * params.q_stride.batch + h * params.q_stride.head;
@@ -147,10 +149,13 @@ const Capabilities kCaps = [] {
 
 Status forward(const AttentionParams& p, cudaStream_t stream) {
   if (Status st = validate(p, kCaps); !st.ok()) return st;
+  // Q tiles of one head adjacent in launch order: they share K/V in L2. gridDim.y stops at 65535,
+  // so larger B·H spills over into z.
   const int64_t q_tiles = cdiv(p.seqlen_q, BLOCK_M), batch_heads = p.batch * p.heads_q;
-  if (Status st = check_grid(q_tiles, batch_heads); !st.ok()) return st;
+  const int64_t grid_y = std::min(batch_heads, kMaxGridYZ), grid_z = cdiv(batch_heads, grid_y);
+  if (Status st = check_grid(q_tiles, grid_y, grid_z); !st.ok()) return st;
   const float scale = p.effective_scale();
-  const dim3 grid{unsigned(q_tiles), unsigned(batch_heads)};  // Q tiles of one head adjacent: K/V shared in L2
+  const dim3 grid{unsigned(q_tiles), unsigned(grid_y), unsigned(grid_z)};
   if (p.head_dim == 64) {
     attention_kernel<64><<<grid, kThreads, 0, stream>>>(p, scale);
   } else {
