@@ -303,7 +303,7 @@ const ConfigEntry kConfigs128[] = {
     entry<128, Config<128, 64, 2>>(),  // heuristic default
     entry<128, Config<64, 64, 2>>(),
     entry<128, Config<128, 32, 2>>(),  // smaller S tile: fewer registers next to the 64 of o_i
-    entry<128, Config<64, 64, 3>>(),
+    entry<128, Config<128, 64, 3>>(),  // a deeper pipeline (128 KiB of shared memory)
 };
 
 std::vector<const ConfigEntry*> configs_for(int64_t head_dim) {
