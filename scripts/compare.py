@@ -684,10 +684,13 @@ class Results:
                 order.append(r["provider"])
             if r["status"] == "ok":
                 pt["ms"].append(float(r["median_ms"]))
-                pt["status"] = "ok"
                 pt["_flops"] = float(r["tflops"]) * float(r["median_ms"]) * 1e-3 * 1e12
+                if pt["status"] not in ("fail", "error"):
+                    pt["status"] = "ok"
+            elif r["status"] in ("fail", "error"):  # a failure in any repeat marks the point
+                pt["status"], pt["note"] = r["status"], r["note"]
         for pt in self.points.values():
-            if pt["ms"]:
+            if pt["ms"] and pt["status"] == "ok":
                 pt["median_ms"] = statistics.median(pt["ms"])
                 pt["tflops"] = pt["_flops"] / (pt["median_ms"] * 1e-3) / 1e12
                 pt["spread"] = (max(pt["ms"]) - min(pt["ms"])) / min(pt["ms"])
@@ -880,15 +883,17 @@ def ratio_table(res, shapes, headers):
 
 
 def first_rows(rows, pid):
-    """One row per shape for `pid` (the first repeat): the check result lives there."""
-    seen, out = set(), []
+    """One row per shape for `pid`: the first repeat (it holds the check result), or a later failure."""
+    index, out = {}, []
     for r in rows:
         if r["provider"] != pid:
             continue
         key = (r["family"], r["B"], r["H"], r["N_q"], r["D"], r["causal"])
-        if key not in seen:
-            seen.add(key)
+        if key not in index:
+            index[key] = len(out)
             out.append(r)
+        elif r["status"] in ("fail", "error") and out[index[key]]["status"] not in ("fail", "error"):
+            out[index[key]] = dict(r, max_abs_err=out[index[key]]["max_abs_err"])  # a later failure wins
     return out
 
 
