@@ -42,7 +42,9 @@ FA_HD int slice_column(int lane, int k) {
 #if defined(__CUDACC__)
 
 // This thread's position inside its quad.
-__device__ __forceinline__ int row_lane() { return int(threadIdx.x % kRowLanes); }
+__device__ __forceinline__ int row_lane() {
+  return int(threadIdx.x % kRowLanes);
+}
 
 // Sum over the four lanes of a quad; every lane gets the total. All 32 lanes of the warp must call
 // it together: the kernels keep warps converged (a quad without a real row computes on a
@@ -69,8 +71,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 
 // This lane's slice of a bf16 row (global memory), widened to fp32 and multiplied by `scale`.
 template <int N>
-__device__ __forceinline__ void load_row_slice(const __nv_bfloat16* row, int lane, float (&x)[N],
-                                               float scale = 1.0f) {
+__device__ __forceinline__ void load_row_slice(const __nv_bfloat16* row, int lane, float (&x)[N], float scale = 1.0f) {
 #pragma unroll
   for (int c = 0; c < N / kChunkElems; ++c) {
     const uint4 raw = *reinterpret_cast<const uint4*>(row + (c * kRowLanes + lane) * kChunkElems);
@@ -139,8 +140,7 @@ __device__ __forceinline__ float dot_slice(const float (&a)[N], const float (&b)
 // there must be finite because its weight is 0 and 0·NaN = NaN. Zeros do NOT mask the K rows:
 // their score would be q·0 = 0, a real logit, so the kernel still sets those scores to -inf.
 template <int ROWS, int HEAD_DIM, int THREADS>
-__device__ __forceinline__ void load_tile(float* tile, const __nv_bfloat16* src, int64_t row_stride,
-                                          int rows_valid) {
+__device__ __forceinline__ void load_tile(float* tile, const __nv_bfloat16* src, int64_t row_stride, int rows_valid) {
   constexpr int kChunksPerRow = HEAD_DIM / kChunkElems;
   constexpr int kChunks = ROWS * kChunksPerRow;
 #pragma unroll

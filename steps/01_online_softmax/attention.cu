@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
                       i * params.q_stride.seq;
   const bf16* k_ptr = static_cast<const bf16*>(params.k) + b * params.k_stride.batch + hk * params.k_stride.head;
   const bf16* v_ptr = static_cast<const bf16*>(params.v) + b * params.v_stride.batch + hk * params.v_stride.head;
-  bf16* o_ptr = static_cast<bf16*>(params.o) + b * params.o_stride.batch + h * params.o_stride.head +
-                i * params.o_stride.seq;
+  bf16* o_ptr =
+      static_cast<bf16*>(params.o) + b * params.o_stride.batch + h * params.o_stride.head + i * params.o_stride.seq;
 
   // ---- load Q: the softmax scale is folded into q once, not applied to every score
   float q_tile[SLICE];  // (HEAD_DIM / 4) fp32: this lane's slice of the query row

@@ -46,7 +46,7 @@ struct Workspace {
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_kernel(const AttentionParams params, const float scale, const Workspace ws) {
-  constexpr int SLICE = row_slice_size<HEAD_DIM>();  // values of a row held by each lane
+  constexpr int SLICE = row_slice_size<HEAD_DIM>();           // values of a row held by each lane
   __shared__ __align__(16) float k_tile[BLOCK_N * HEAD_DIM];  // (BLOCK_N, HEAD_DIM) fp32
   __shared__ __align__(16) float v_tile[BLOCK_N * HEAD_DIM];  // (BLOCK_N, HEAD_DIM) fp32
 
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // this loop, so a warp may skip ahead; it still meets both barriers of the KV loop.)
       if (q_start + warp_row0 >= params.seqlen_q) continue;
       const int64_t row = q_start + threadIdx.x / kRowLanes;  // this quad's query row
-      const bool row_valid = row < params.seqlen_q;  // the last Q tile may stick out past N_q
+      const bool row_valid = row < params.seqlen_q;           // the last Q tile may stick out past N_q
 
       // ---- load Q: again for every K/V tile; rows past N_q get q = 0 (finite, never stored)
       float q_tile[SLICE];  // (HEAD_DIM / 4) fp32: this lane's slice of the row; scale folded in
@@ -206,8 +206,8 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   // The workspace: O (fp32) plus m and l for every query row. Stream-ordered, like step 00's S.
   const size_t rows = size_t(batch_heads * p.seqlen_q);
   float* buffer = nullptr;
-  FA_CUDA_RETURN(cudaMallocAsync(reinterpret_cast<void**>(&buffer), rows * size_t(p.head_dim + 2) * sizeof(float),
-                                 stream));
+  FA_CUDA_RETURN(
+      cudaMallocAsync(reinterpret_cast<void**>(&buffer), rows * size_t(p.head_dim + 2) * sizeof(float), stream));
   const Workspace ws{buffer, buffer + rows * size_t(p.head_dim), buffer + rows * size_t(p.head_dim + 1)};
   if (p.head_dim == 64) {
     attention_kernel<64><<<unsigned(batch_heads), kThreads, 0, stream>>>(p, scale, ws);

@@ -42,7 +42,7 @@ constexpr int kThreads = BLOCK_M * kRowLanes;  // 256 threads
 
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionParams params, const float scale) {
-  constexpr int SLICE = row_slice_size<HEAD_DIM>();  // values of a row held by each lane
+  constexpr int SLICE = row_slice_size<HEAD_DIM>();           // values of a row held by each lane
   __shared__ __align__(16) float k_tile[BLOCK_N * HEAD_DIM];  // (BLOCK_N, HEAD_DIM) fp32
   __shared__ __align__(16) float v_tile[BLOCK_N * HEAD_DIM];  // (BLOCK_N, HEAD_DIM) fp32
 
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
   const int lane = row_lane();
   const int64_t q_start = int64_t(blockIdx.x) * BLOCK_M;
   const int64_t bh = int64_t(blockIdx.z) * gridDim.y + blockIdx.y;  // z is used only past 65535 (b, h) pairs
-  if (bh >= params.batch * params.heads_q) return;  // the last z slice may be partly empty
+  if (bh >= params.batch * params.heads_q) return;                  // the last z slice may be partly empty
   const int64_t b = bh / params.heads_q, h = bh % params.heads_q;
   const int64_t hk = kv_head_of(h, params.heads_q, params.heads_kv);
   const bf16* q_ptr = static_cast<const bf16*>(params.q) + b * params.q_stride.batch + h * params.q_stride.head;
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
   const bf16* v_ptr = static_cast<const bf16*>(params.v) + b * params.v_stride.batch + hk * params.v_stride.head;
   bf16* o_ptr = static_cast<bf16*>(params.o) + b * params.o_stride.batch + h * params.o_stride.head;
   const int64_t row = q_start + threadIdx.x / kRowLanes;  // this quad's query row
-  const bool row_valid = row < params.seqlen_q;  // the last Q tile may stick out past N_q
+  const bool row_valid = row < params.seqlen_q;           // the last Q tile may stick out past N_q
 
   // ---- load Q: once per block; rows past N_q get q = 0 (finite scores, never stored)
   float q_tile[SLICE];  // (HEAD_DIM / 4) fp32: this lane's slice of the row; scale folded in

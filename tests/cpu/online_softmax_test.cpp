@@ -97,7 +97,7 @@ Row random_row(int n, int d, float score_std, unsigned seed) {
 
 TEST(OnlineSoftmax, RescaleIsExpOfTheMaxDifference) {
   EXPECT_FLOAT_EQ(online_softmax_rescale(1.0f, 3.0f), std::exp(-2.0f));
-  EXPECT_EQ(online_softmax_rescale(2.5f, 2.5f), 1.0f);  // the max did not move: nothing to rescale
+  EXPECT_EQ(online_softmax_rescale(2.5f, 2.5f), 1.0f);   // the max did not move: nothing to rescale
   EXPECT_EQ(online_softmax_rescale(-kInf, 0.7f), 0.0f);  // first key: the empty state is discarded
   // Every score so far masked: exp(-inf - (-inf)) would be NaN; 1 keeps l = 0 and O = 0 finite.
   EXPECT_EQ(online_softmax_rescale(-kInf, -kInf), 1.0f);
