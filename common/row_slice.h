@@ -5,7 +5,8 @@
 // keeps HEAD_DIM/4 values in registers: 16 for D = 64, 32 for D = 128. Interleaved chunks rather
 // than one contiguous quarter per lane, because then the quad's four lanes read 64 contiguous
 // bytes per load instruction: one coalesced segment in global memory, and four different groups
-// of banks in shared memory (with contiguous quarters lanes 0 and 2 would hit the same banks).
+// of banks in shared memory (with contiguous quarters the four lanes' addresses would lie 64 or
+// 128 bytes apart, on the same banks: a 2- or 4-way conflict on every load).
 // A dot product of two rows is then a per-lane partial sum plus two shuffles (row_sum).
 //
 // The index math is __host__ __device__ and unit-tested on the CPU; the loads and stores are
