@@ -77,3 +77,9 @@ foreach(patch IN LISTS FA_BUG_PATCHES)
     message(FATAL_ERROR "${patch}: the header needs a 'Test: <filter>' or 'Static: ...' line")
   endif()
 endforeach()
+
+# docs/bug_catalog.md, the patches and the named tests agree (no GPU needed).
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+add_test(NAME catalog COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/catalog_check.py
+         --repo ${CMAKE_SOURCE_DIR} --build ${CMAKE_BINARY_DIR})
+set_tests_properties(catalog PROPERTIES LABELS "cpu")
