@@ -41,7 +41,7 @@ def parse_catalog(path):
             continue
         if cur is None:
             continue
-        m = re.match(r"^- \*\*(Test|Patch)\*\*:?\s*(.*)$", line.strip())
+        m = re.match(r"^- \*\*(Test|Patch):?\*\*:?\s*(.*)$", line.strip())
         if m:
             cur[m.group(1).lower()] = m.group(2)
     return entries
@@ -98,7 +98,8 @@ def main():
             if not os.path.exists(exe):
                 errors.append(f"{p}: no test program {exe}")
                 continue
-            out = subprocess.run([exe, "--gtest_list_tests", f"--gtest_filter={filt}"], capture_output=True,
+            extra = head.get("Args", "").split()
+            out = subprocess.run([exe, *extra, "--gtest_list_tests", f"--gtest_filter={filt}"], capture_output=True,
                                  text=True).stdout
             names = [l for l in out.splitlines() if l.startswith("  ")]
             if not names:
