@@ -36,7 +36,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 using namespace fa::ptx;
 
-constexpr int BLOCK_M = 128;             // query rows per block
+constexpr int BLOCK_M = 64;              // query rows per block (4 warps; measured faster than 128)
 constexpr int BLOCK_N = 64;              // keys per K/V tile
 constexpr int STAGES = 2;                // K/V tiles in flight: 2 = double buffering
 constexpr int NUM_WARPS = BLOCK_M / 16;  // each warp owns 16 query rows (one mma row tile)
@@ -51,17 +51,21 @@ constexpr int smem_bytes() {
 // Copies ROWS × HEAD_DIM bf16 from global memory (row stride `stride` elements) into a swizzled
 // shared tile with cp.async, one 16-byte chunk per copy. Rows >= valid_rows are zero-filled: a
 // ragged last tile never holds stale data (V) or NaN (0 × NaN would poison P·V).
+// All threads together copy ROWS_PER_PASS rows per pass; as that is a multiple of 8, a thread's
+// chunk has the same swizzle in every pass and its shared address just steps by a constant.
 template <int ROWS, int HEAD_DIM>
 __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, int64_t stride, int valid_rows) {
   constexpr int CHUNKS = HEAD_DIM / 8;  // 16-byte chunks per row
-  static_assert((ROWS * CHUNKS) % NUM_THREADS == 0, "tile must split evenly over the threads");
+  constexpr int ROWS_PER_PASS = NUM_THREADS / CHUNKS;
+  static_assert(ROWS % ROWS_PER_PASS == 0 && ROWS_PER_PASS % 8 == 0, "tile must split evenly over the threads");
+  const int row0 = int(threadIdx.x) / CHUNKS, col = (int(threadIdx.x) % CHUNKS) * 8;
+  const uint32_t smem0 = smem_u32(tile + swizzled_offset(row0, col, HEAD_DIM));
 #pragma unroll
-  for (int it = 0; it < ROWS * CHUNKS / NUM_THREADS; ++it) {
-    const int c = int(threadIdx.x) + it * NUM_THREADS;
-    const int row = c / CHUNKS, col = (c % CHUNKS) * 8;
+  for (int pass = 0; pass < ROWS / ROWS_PER_PASS; ++pass) {
+    const int row = row0 + pass * ROWS_PER_PASS;
     const bool valid = row < valid_rows;
     const bf16* g = src + (valid ? row * stride + col : 0);
-    cp_async_16(smem_u32(tile + swizzled_offset(row, col, HEAD_DIM)), g, valid);
+    cp_async_16(smem0 + pass * ROWS_PER_PASS * HEAD_DIM * int(sizeof(bf16)), g, valid);
   }
 }
 
