@@ -56,15 +56,15 @@ FA_HD bool is_diagonal_tile(int64_t m_start, int block_m, int n_block, int block
   return some_visible && some_masked;
 }
 
-/// Launch limits of the tensor-core steps: a (N_q / block_m, B·H_q) grid (y is at most 65535),
-/// 32-bit row indices (all memory offsets are 64-bit). An error Status names the limit broken.
+/// Launch limits of the tensor-core steps: row indices are 32-bit (all memory offsets are 64-bit),
+/// B·H_q spreads over the grid's y and z (at most 65535² pairs). An error Status names the limit.
 inline Status check_tile_limits(const AttentionParams& p, int block_m) {
   constexpr int64_t kMaxRows = int64_t(1) << 30;
   if (p.seqlen_q >= kMaxRows || p.seqlen_kv >= kMaxRows)
     return Status::Error("invalid attention input: N_q and N_kv must be below 2^30 (got N_q=" +
                          std::to_string(p.seqlen_q) + ", N_kv=" + std::to_string(p.seqlen_kv) + ")");
-  if (p.batch * p.heads_q > 65535)
-    return Status::Error("invalid attention input: B·H_q must be at most 65535, the grid's y limit (got " +
+  if (p.batch * p.heads_q > int64_t(65535) * 65535)
+    return Status::Error("invalid attention input: B·H_q must be at most 65535² (got " +
                          std::to_string(p.batch * p.heads_q) + ")");
   (void)block_m;  // N_q < 2^30 keeps N_q / block_m far below the grid's x limit
   return Status::Ok();

@@ -83,7 +83,10 @@ __global__ void __launch_bounds__(NUM_THREADS)
   // ---- pointers: grid = (Q tiles, B·H_q); 64-bit offsets, every tensor through its own strides.
   // Causal: the last Q tiles have the most keys to visit, so they are issued first.
   const int m_block = params.causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
-  const int64_t b = blockIdx.y / params.heads_q, h = blockIdx.y % params.heads_q;
+  // B·H_q may exceed the grid's y limit (65535); the launcher then continues it along z.
+  const int64_t bh = blockIdx.y + int64_t(blockIdx.z) * gridDim.y;
+  if (bh >= params.batch * params.heads_q) return;  // the few spare blocks of the last z slice
+  const int64_t b = bh / params.heads_q, h = bh % params.heads_q;
   const int64_t h_kv = kv_head_of(h, params.heads_q, params.heads_kv);
   const int m_start = m_block * BLOCK_M;
   const bf16* q_ptr = static_cast<const bf16*>(params.q) + b * params.q_stride.batch + h * params.q_stride.head +
@@ -257,7 +260,9 @@ Status launch(const AttentionParams& p, float scale_log2, cudaStream_t stream) {
   constexpr int smem = smem_bytes<HEAD_DIM>();
   // Above 48 KiB of dynamic shared memory a kernel must opt in explicitly.
   FA_CUDA_RETURN(cudaFuncSetAttribute(attention_kernel<HEAD_DIM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid(unsigned(cdiv(p.seqlen_q, BLOCK_M)), unsigned(p.batch * p.heads_q));
+  const int64_t bh = p.batch * p.heads_q;  // y holds up to 65535 (batch, head) pairs, z the rest
+  const dim3 grid(unsigned(cdiv(p.seqlen_q, BLOCK_M)), unsigned(std::min<int64_t>(bh, 65535)),
+                  unsigned(cdiv(bh, 65535)));
   attention_kernel<HEAD_DIM><<<grid, NUM_THREADS, smem, stream>>>(p, scale_log2, p.causal_offset());
   FA_LAUNCH_RETURN();
   return Status::Ok();
