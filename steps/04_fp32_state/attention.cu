@@ -49,12 +49,11 @@ constexpr int smem_bytes() {
   return (BLOCK_M + STAGES * 2 * BLOCK_N) * HEAD_DIM * int(sizeof(bf16));
 }
 
-// The softmax scale as three multipliers, so that the lesson's experiment (README.md, "Where to
-// put the scale") runs this very kernel. forward() uses placement (c): q_mul = s_mul = 1,
-// exp2_mul = log2(e)·scale.
+// Where the softmax scale goes is a template parameter, so that the lesson's experiment (README.md,
+// "Where to put the scale") runs this very kernel; forward() uses (c), folded_exp2. The multiply
+// of placements (a) and (b) only exists in their instantiations (`if constexpr`).
 struct ScaleArgs {
-  float q_mul;     // (a) Q·scale rounded to bf16 before the loop, else 1
-  float s_mul;     // (b) fp32 scores multiplied by scale, else 1
+  float scale;     // the softmax scale (placements a and b multiply by it)
   float exp2_mul;  // p = 2^(exp2_mul·s − exp2_mul·m): log2(e)·scale for (c), log2(e) otherwise
 };
 
@@ -79,7 +78,7 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, int64_t s
   }
 }
 
-template <int HEAD_DIM>
+template <int HEAD_DIM, ScalePlacement PLACEMENT>
 __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttentionParams params, const ScaleArgs scale) {
   static_assert(HEAD_DIM % 64 == 0, "the swizzle needs rows of at least 8 chunks of 16 bytes");
   extern __shared__ uint4 smem[];                // uint4: 16-byte aligned, as cp.async and ldmatrix need
@@ -130,13 +129,13 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttentionP
 #pragma unroll
   for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
     ldmatrix_x4(q_frag[kk], smem_u32(q_tile) + swizzle_move_right(q_off, kk * 16));
-  if (scale.q_mul != 1.0f) {  // placement (a) only: Q·scale, rounded back to bf16
+  if constexpr (PLACEMENT == ScalePlacement::q_bf16) {  // (a): Q·scale, rounded back to bf16
 #pragma unroll
     for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const float2 x = unpack_bf16x2(q_frag[kk][r]);
-        q_frag[kk][r] = pack_bf16x2(x.x * scale.q_mul, x.y * scale.q_mul);
+        q_frag[kk][r] = pack_bf16x2(x.x * scale.scale, x.y * scale.scale);
       }
   }
 
@@ -175,19 +174,21 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttentionP
       for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+      uint32_t k_frag[BLOCK_N / 16][4];  // B fragments of key tiles 2nn and 2nn+1 (16 keys × 16 dims)
+#pragma unroll
+      for (int nn = 0; nn < BLOCK_N / 16; ++nn)
+        ldmatrix_x4(k_frag[nn], smem_u32(k_tile) + nn * ROWS16_BYTES + swizzle_move_right(k_off, kk * 16));
 #pragma unroll
       for (int nn = 0; nn < BLOCK_N / 16; ++nn) {
-        uint32_t k_frag[4];  // B fragments of key tiles 2nn and 2nn+1 (16 keys × 16 dims)
-        ldmatrix_x4(k_frag, smem_u32(k_tile) + nn * ROWS16_BYTES + swizzle_move_right(k_off, kk * 16));
-        mma_bf16_16816(s[2 * nn], q_frag[kk], k_frag[0], k_frag[1]);
-        mma_bf16_16816(s[2 * nn + 1], q_frag[kk], k_frag[2], k_frag[3]);
+        mma_bf16_16816(s[2 * nn], q_frag[kk], k_frag[nn][0], k_frag[nn][1]);
+        mma_bf16_16816(s[2 * nn + 1], q_frag[kk], k_frag[nn][2], k_frag[nn][3]);
       }
     }
-    if (scale.s_mul != 1.0f) {  // placement (b) only
+    if constexpr (PLACEMENT == ScalePlacement::scores_fp32) {  // (b): fp32 scores · scale
 #pragma unroll
       for (int nt = 0; nt < BLOCK_N / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] *= scale.s_mul;
+        for (int e = 0; e < 4; ++e) s[nt][e] *= scale.scale;
     }
     // Keys past N_kv (only in the last tile) get -inf: exp gives exactly 0 and the max ignores them.
     const int n_start = n_block * BLOCK_N;
@@ -271,17 +272,23 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttentionP
   }
 }
 
-template <int HEAD_DIM>
+template <int HEAD_DIM, ScalePlacement PLACEMENT>
 Status launch(const AttentionParams& p, const ScaleArgs& scale, cudaStream_t stream) {
   constexpr int smem = smem_bytes<HEAD_DIM>();
   // Above 48 KiB of dynamic shared memory a kernel must opt in explicitly.
-  FA_CUDA_RETURN(cudaFuncSetAttribute(attention_kernel<HEAD_DIM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  FA_CUDA_RETURN(
+      cudaFuncSetAttribute(attention_kernel<HEAD_DIM, PLACEMENT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int64_t bh = p.batch * p.heads_q;  // y holds up to 65535 (batch, head) pairs, z the rest
   const dim3 grid(unsigned(cdiv(p.seqlen_q, BLOCK_M)), unsigned(std::min<int64_t>(bh, 65535)),
                   unsigned(cdiv(bh, 65535)));
-  attention_kernel<HEAD_DIM><<<grid, NUM_THREADS, smem, stream>>>(p, scale);
+  attention_kernel<HEAD_DIM, PLACEMENT><<<grid, NUM_THREADS, smem, stream>>>(p, scale);
   FA_LAUNCH_RETURN();
   return Status::Ok();
+}
+
+template <ScalePlacement PLACEMENT>
+Status launch(const AttentionParams& p, const ScaleArgs& scale, cudaStream_t stream) {
+  return p.head_dim == 64 ? launch<64, PLACEMENT>(p, scale, stream) : launch<128, PLACEMENT>(p, scale, stream);
 }
 
 const Capabilities kCaps = [] {
@@ -306,10 +313,15 @@ Status forward_with_scale_placement(const AttentionParams& p, ScalePlacement pla
   if (Status st = check_tile_limits(p, BLOCK_M); !st.ok()) return st;
   const float scale = p.effective_scale();
   constexpr float kLog2e = 1.4426950408889634f;
-  ScaleArgs args{1.0f, 1.0f, scale * kLog2e};                                           // (c)
-  if (placement == ScalePlacement::q_bf16) args = ScaleArgs{scale, 1.0f, kLog2e};       // (a)
-  if (placement == ScalePlacement::scores_fp32) args = ScaleArgs{1.0f, scale, kLog2e};  // (b)
-  return p.head_dim == 64 ? launch<64>(p, args, stream) : launch<128>(p, args, stream);
+  switch (placement) {
+    case ScalePlacement::q_bf16:
+      return launch<ScalePlacement::q_bf16>(p, {scale, kLog2e}, stream);
+    case ScalePlacement::scores_fp32:
+      return launch<ScalePlacement::scores_fp32>(p, {scale, kLog2e}, stream);
+    case ScalePlacement::folded_exp2:
+      break;
+  }
+  return launch<ScalePlacement::folded_exp2>(p, {scale, scale * kLog2e}, stream);
 }
 
 Status forward(const AttentionParams& p, cudaStream_t stream) {

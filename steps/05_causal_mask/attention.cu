@@ -160,12 +160,14 @@ __global__ void __launch_bounds__(NUM_THREADS)
       for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+      uint32_t k_frag[BLOCK_N / 16][4];  // B fragments of key tiles 2nn and 2nn+1 (16 keys × 16 dims)
+#pragma unroll
+      for (int nn = 0; nn < BLOCK_N / 16; ++nn)
+        ldmatrix_x4(k_frag[nn], smem_u32(k_tile) + nn * ROWS16_BYTES + swizzle_move_right(k_off, kk * 16));
 #pragma unroll
       for (int nn = 0; nn < BLOCK_N / 16; ++nn) {
-        uint32_t k_frag[4];  // B fragments of key tiles 2nn and 2nn+1 (16 keys × 16 dims)
-        ldmatrix_x4(k_frag, smem_u32(k_tile) + nn * ROWS16_BYTES + swizzle_move_right(k_off, kk * 16));
-        mma_bf16_16816(s[2 * nn], q_frag[kk], k_frag[0], k_frag[1]);
-        mma_bf16_16816(s[2 * nn + 1], q_frag[kk], k_frag[2], k_frag[3]);
+        mma_bf16_16816(s[2 * nn], q_frag[kk], k_frag[nn][0], k_frag[nn][1]);
+        mma_bf16_16816(s[2 * nn + 1], q_frag[kk], k_frag[nn][2], k_frag[nn][3]);
       }
     }
     // The mask, on the tiles that need it only: straddling the diagonal, or holding keys past

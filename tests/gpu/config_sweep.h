@@ -16,7 +16,8 @@ namespace fa::testing {
 using ConfigNamesFn = std::vector<std::string> (*)(int head_dim);
 using ForwardWithConfigFn = Status (*)(const AttentionParams&, const std::string&, cudaStream_t);
 
-// Ragged sizes, both causal alignments, GQA, (B, N, H, D) layout: each on every configuration.
+// Ragged sizes, both causal alignments, GQA, (B, N, H, D) layout, more (batch, head) pairs than
+// the grid's y dimension holds: each on every configuration.
 inline void expect_every_config_matches(ConfigNamesFn names, ForwardWithConfigFn run, bool with_lse) {
   FA_REQUIRE_GPU();
   std::vector<ProblemShape> shapes;
@@ -30,6 +31,7 @@ inline void expect_every_config_matches(ConfigNamesFn names, ForwardWithConfigFn
   add(1, 4, 2, 300, 1000, true, CausalAlign::bottom_right, Layout::bnhd);
   add(1, 2, 2, 1000, 300, true, CausalAlign::bottom_right, Layout::bhnd);  // fully masked rows
   add(1, 2, 1, 77, 333, false, CausalAlign::top_left, Layout::bhnd);
+  add(1, 65600, 16400, 40, 70, true, CausalAlign::bottom_right, Layout::bhnd);  // B·H past the grid's y limit
   for (int d : {64, 128}) {
     for (const std::string& cfg : names(d)) {
       for (size_t i = 0; i < shapes.size(); ++i) {
