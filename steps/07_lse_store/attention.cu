@@ -305,14 +305,14 @@ constexpr ConfigEntry entry() {
 // Four per head dim, the heuristic's choice first. Every entry is compiled for every architecture,
 // so each one added costs CI minutes: add one only if some shape on some GPU measurably wins with it.
 const ConfigEntry kConfigs64[] = {
-    entry<64, Config<64, 128, 2>>(),   // heuristic default: half the barriers and max/sum passes per key
-    entry<64, Config<64, 64, 2>>(),    // step 05's tiles: 4 warps, 3 blocks per SM
+    entry<64, Config<64, 64, 3>>(),    // heuristic default: 4 warps, three K/V tiles in flight
+    entry<64, Config<64, 128, 2>>(),   // half the barriers and max/sum passes per key
+    entry<64, Config<64, 64, 2>>(),    // step 05's tiles
     entry<64, Config<128, 128, 2>>(),  // 8 warps share each K/V tile
-    entry<64, Config<64, 64, 3>>(),    // a deeper pipeline
 };
 const ConfigEntry kConfigs128[] = {
-    entry<128, Config<64, 64, 2>>(),   // heuristic default
-    entry<128, Config<128, 64, 2>>(),  // 8 warps share each K/V tile
+    entry<128, Config<128, 64, 2>>(),  // heuristic default: 8 warps share each K/V tile
+    entry<128, Config<64, 64, 2>>(),   // step 05's tiles: twice the blocks
     entry<128, Config<64, 64, 3>>(),   // a deeper pipeline
     entry<128, Config<128, 64, 3>>(),  // both (128 KiB of shared memory)
 };
@@ -336,8 +336,8 @@ std::vector<const ConfigEntry*> valid_configs(int64_t head_dim) {
 }
 
 // The heuristic (FA_AUTOTUNE=0, or while a stream is being captured into a CUDA graph): the first
-// valid entry: BLOCK_M=64 (4 warps), stages=2, BLOCK_N=128 at D=64 and 64 at D=128. On an H200
-// these won, or came within 3% of the winner, in every tuning run of README.md's table.
+// valid entry: BLOCK_M=64 BLOCK_N=64 stages=3 at D=64, BLOCK_M=128 BLOCK_N=64 stages=2 at D=128,
+// the configurations that won most often when this step was tuned on an H200 (README.md).
 const ConfigEntry* heuristic(const AttentionParams& p) {
   const std::vector<const ConfigEntry*> valid = valid_configs(p.head_dim);
   return valid.empty() ? nullptr : valid.front();
