@@ -45,6 +45,17 @@ run_sanitizer() {
       done
     done
   done
+  # The missing-barrier mutant must be caught by racecheck too (its row reads "hazards found").
+  local mutant="$build/fa_mutant_02_missing_barrier"
+  if [ -x "$mutant" ]; then
+    compute-sanitizer --tool racecheck --error-exitcode 99 "$mutant" --gtest_filter='Shapes.B2_H3_N17_D64' \
+      >"$logs/san_mutant_02_missing_barrier.log" 2>&1
+    rc=$?
+    errs=$(grep -oE "RACECHECK SUMMARY: [0-9]+" "$logs/san_mutant_02_missing_barrier.log" | grep -oE "[0-9]+" | tail -1)
+    res="missed (rc=$rc)"
+    [ $rc -eq 99 ] && res="hazards found (mutant caught)"
+    echo "02-missing_barrier mutant,racecheck,$res,${errs:-?}" >>"$sanitizer_csv"
+  fi
 }
 san_pid=
 if [ "${FA_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
