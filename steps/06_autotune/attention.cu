@@ -14,7 +14,7 @@
 //  - The build id (a hash of this file's path and compile time) is part of the key: a rebuilt
 //    kernel never reuses timings of the old one (seed bug #10, stale autotune cache).
 // What it costs: four kernels per head dim to compile, and the first call of each new shape runs
-// every configuration about six times before it returns (tens of milliseconds at N = 16k).
+// every configuration six times before it returns (about 0.2 s at B = 1, H = 16, N = 16k, D = 128).
 #include <cuda_bf16.h>
 
 #include <algorithm>
