@@ -55,9 +55,17 @@ function(fa_add_step nn name)
   fa_step_test_executable(fa_test_step${nn} fa_step${nn} ${nn})
   gtest_discover_tests(fa_test_step${nn}
     TEST_PREFIX "step${nn}."
-    PROPERTIES LABELS "gpu;step${nn}"
     DISCOVERY_TIMEOUT 60
     DISCOVERY_MODE PRE_TEST)
+  # Two labels per test (gpu and stepNN). gtest_discover_tests flattens a list-valued LABELS
+  # property into separate arguments, so the labels are set by a ctest include file that runs after
+  # discovery, on the list of tests discovery produced (fa_test_stepNN_TESTS).
+  set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/fa_test_step${nn}_labels.cmake)
+  file(WRITE ${labels_file}
+       "if(fa_test_step${nn}_TESTS)\n"
+       "  set_tests_properties(\${fa_test_step${nn}_TESTS} PROPERTIES LABELS \"gpu;step${nn}\")\n"
+       "endif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
   # Tensors past 2^31 elements (tens of GB): one at a time, never beside each other.
   add_test(NAME step${nn}.Overflow.Past2To31Elements COMMAND fa_test_step${nn} --fa_large)
   set_tests_properties(step${nn}.Overflow.Past2To31Elements PROPERTIES LABELS "gpu;step${nn};large"
