@@ -4,17 +4,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 namespace fa::autotune {
 
+// No iostreams on the library's paths: the C interface runs inside other programs (Python with
+// PyTorch) whose C++ runtime state a stream's locale machinery may not share. Plain strings and
+// stdio only.
 std::string Key::str() const {
-  std::ostringstream os;
-  os << "nq=" << seqlen_q << " nkv=" << seqlen_kv << " d=" << head_dim << " bh=" << batch_heads << " causal=" << causal
-     << " dtype=" << dtype << " gpu=" << gpu << " build=" << build_id;
-  std::string s = os.str();
+  std::string s = "nq=" + std::to_string(seqlen_q) + " nkv=" + std::to_string(seqlen_kv) +
+                  " d=" + std::to_string(head_dim) + " bh=" + std::to_string(batch_heads) + " causal=" + causal +
+                  " dtype=" + dtype + " gpu=" + gpu + " build=" + build_id;
   std::replace(s.begin(), s.end(), '\t', ' ');  // tabs separate the fields of the file
   std::replace(s.begin(), s.end(), '\n', ' ');
   return s;
@@ -88,16 +88,24 @@ void Cache::load_locked() {
   if (loaded_) return;
   loaded_ = true;
   if (path_.empty()) return;
-  std::ifstream in(path_);
+  FILE* in = std::fopen(path_.c_str(), "r");
+  if (!in) return;
   std::string line;
-  while (std::getline(in, line)) {
-    const size_t t1 = line.find('\t');
+  char chunk[512];
+  while (std::fgets(chunk, sizeof chunk, in)) {
+    line += chunk;
+    if (line.empty() || (line.back() != '\n' && !std::feof(in))) continue;  // a longer line: read on
+    std::string full;
+    full.swap(line);  // `line` starts empty for the next one, whatever happens to this one
+    if (full.back() == '\n') full.pop_back();
+    const size_t t1 = full.find('\t');
     if (t1 == std::string::npos) continue;  // not ours: skip
-    const size_t t2 = line.find('\t', t1 + 1);
-    const std::string key = line.substr(0, t1);
-    const std::string config = line.substr(t1 + 1, t2 == std::string::npos ? std::string::npos : t2 - t1 - 1);
+    const size_t t2 = full.find('\t', t1 + 1);
+    const std::string key = full.substr(0, t1);
+    const std::string config = full.substr(t1 + 1, t2 == std::string::npos ? std::string::npos : t2 - t1 - 1);
     if (!key.empty() && !config.empty()) entries_[key] = config;  // later lines win
   }
+  std::fclose(in);
 }
 
 std::optional<std::string> Cache::find(const Key& key) {
@@ -117,11 +125,11 @@ void Cache::put(const Key& key, const std::string& config, double ms) {
   const std::filesystem::path file(path_);
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ec);
   // One short line per append (O_APPEND): concurrent processes do not interleave within a line.
-  std::ostringstream line;
-  line << key.str() << '\t' << config << '\t' << ms << '\n';
+  char ms_text[32];
+  std::snprintf(ms_text, sizeof ms_text, "%.6g", ms);
+  const std::string line = key.str() + '\t' + config + '\t' + ms_text + '\n';
   if (FILE* f = std::fopen(path_.c_str(), "a")) {
-    const std::string s = line.str();
-    std::fwrite(s.data(), 1, s.size(), f);
+    std::fwrite(line.data(), 1, line.size(), f);
     std::fclose(f);
   }
 }

@@ -1,7 +1,7 @@
 // The step registry and the input validation every step shares.
 #include <algorithm>
 #include <cstdint>
-#include <sstream>
+#include <string>
 
 #include "fa/registry.h"
 
@@ -13,10 +13,14 @@ std::vector<StepInfo>& mutable_steps() {
   return list;
 }
 
+// No iostreams on the library's paths (see common/autotune.cpp): plain string building only.
 std::string list_dims(const std::vector<int>& dims) {
-  std::ostringstream os;
-  for (size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
-  return os.str();
+  std::string s;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims[i]);
+  }
+  return s;
 }
 
 bool aligned16(const void* p) {
@@ -44,10 +48,14 @@ const StepInfo* find_step(int number) {
 Status run_step(int number, const AttentionParams& params, cudaStream_t stream) {
   const StepInfo* s = find_step(number);
   if (!s) {
-    std::ostringstream os;
-    os << "unknown step " << number << "; registered steps:";
-    for (const StepInfo& t : steps()) os << ' ' << t.number;
-    return Status::Error(os.str());
+    std::string msg = "unknown step ";
+    msg += std::to_string(number);
+    msg += "; registered steps:";
+    for (const StepInfo& t : steps()) {
+      msg += ' ';
+      msg += std::to_string(t.number);
+    }
+    return Status::Error(msg);
   }
   return s->forward(params, stream);
 }
