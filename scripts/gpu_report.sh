@@ -67,7 +67,7 @@ if [ "${FA_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null
 fi
 
 echo "== tests"
-(cd "$build" && ctest -j 8 --timeout 900 --output-on-failure) >"$logs/ctest.log" 2>&1
+(cd "$build" && ctest -j 8 --timeout 900 --output-on-failure --output-junit "$logs/ctest.xml") >"$logs/ctest.log" 2>&1
 ctest_rc=$?
 grep -E "tests passed|tests failed" "$logs/ctest.log"
 [ -n "$san_pid" ] && wait "$san_pid"

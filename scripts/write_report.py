@@ -26,6 +26,29 @@ def parse_ctest(path):
     return tests
 
 
+def mutant_symptoms(path):
+    """The first line of each bug.* test's output that says how the regression test failed."""
+    import xml.etree.ElementTree as ET
+    out = {}
+    if not os.path.exists(path):
+        return out
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = case.get("name", "")
+        if not name.startswith("bug."):
+            continue
+        text = "".join(e.text or "" for e in case.iter("system-out"))
+        pick = ""
+        for pat in (r"FAIL: (max\|err\|=[^,]+, [^\n]*?rel_norm=[0-9.e+-]+)", r"(non-finite=[1-9][0-9]*)",
+                    r"(\[  FAILED  \] Sass\.\w+)", r"(Expected[^\n]*)", r"(Value of[^\n]*)", r"(bad input was accepted)",
+                    r"(\[  FAILED  \] \S+)"):
+            m = re.search(pat, text)
+            if m:
+                pick = m.group(1)
+                break
+        out[name] = pick[:160].replace("|", "\\|")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ("logs", "out", "slug", "gpu", "commit", "ctest-rc"):
@@ -69,12 +92,13 @@ def main():
         lines.append("")
     lines.append("## Bug catalog mutants\n")
     lines.append("A mutant is killed when its regression test fails on the build with the bug injected.\n")
-    lines.append("| mutant | result |")
-    lines.append("|---|---|")
-    for n, r in tests:
+    symptoms = mutant_symptoms(os.path.join(logs, "ctest.xml"))
+    lines.append("| mutant | result | how the regression test failed (first message) |")
+    lines.append("|---|---|---|")
+    for n, r in sorted(tests):
         if n.startswith("bug."):
             res = {"Passed": "killed", "Failed": "**SURVIVED**", "Skipped": "not run (skipped)"}.get(r, r)
-            lines.append(f"| `{n[4:]}` | {res} |")
+            lines.append(f"| `{n[4:]}` | {res} | {symptoms.get(n, '')} |")
     lines.append("")
     san = os.path.join(logs, "sanitizer.csv")
     if os.path.exists(san):
