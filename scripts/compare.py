@@ -1236,6 +1236,8 @@ def main(argv=None):
     ap.add_argument("--max-ms-per-point", type=float, default=1000.0,
                     help="do not time a provider whose single run takes longer (default 1000 ms)")
     ap.add_argument("--commit", help="commit to stamp the results with (default: git rev-parse)")
+    ap.add_argument("--plots-from-csv", metavar="CSV",
+                    help="no GPU: redraw the two PNG plots from a CSV this script wrote (next to it)")
     ap.add_argument("--selftest-fake-data", action="store_true",
                     help="no GPU: write every report from made-up numbers into a temp folder (or --out) and check it")
     args = ap.parse_args(argv)
@@ -1259,6 +1261,14 @@ def main(argv=None):
     if args.selftest_fake_data:
         args.name = args.name or "compare_selftest"
         return selftest(args)
+
+    if args.plots_from_csv:
+        with open(args.plots_from_csv, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        env = {"gpu": rows[0]["gpu"], "commit": rows[0]["commit"]}
+        for p in write_plots(Results(rows), env, os.path.splitext(args.plots_from_csv)[0]):
+            log(f"[compare] wrote {p}")
+        return 0
 
     rows, env = run_gpu(args, shapes)
     if not args.name:

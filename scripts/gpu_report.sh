@@ -82,5 +82,6 @@ echo "== ladder"
 python3 scripts/write_report.py --logs "$logs" --out "$results" --slug "$slug" --gpu "$gpu" --commit "$commit" \
   --ctest-rc "$ctest_rc"
 cp "$logs/ctest.log" "$results/${slug}_ctest.log"
+[ -f "$logs/ctest.xml" ] && cp "$logs/ctest.xml" "$results/${slug}_ctest.xml"
 echo "== report: $results/$slug.md"
 exit $ctest_rc

@@ -38,14 +38,13 @@ def mutant_symptoms(path):
             continue
         text = "".join(e.text or "" for e in case.iter("system-out"))
         pick = ""
-        for pat in (r"FAIL: (max\|err\|=[^,]+, [^\n]*?rel_norm=[0-9.e+-]+)", r"(non-finite=[1-9][0-9]*)",
-                    r"(\[  FAILED  \] Sass\.\w+)", r"(Expected[^\n]*)", r"(Value of[^\n]*)", r"(bad input was accepted)",
-                    r"(\[  FAILED  \] \S+)"):
+        for pat in (r"FAIL: (max\|err\|=[^\n]*)", r"(has \d+ HMMA, expected at least \d+)", r"(no \w+ in the kernels[^\n]*)", r"(\[  FAILED  \] Sass\.\w+)",
+                    r"(Expected[^\n]*)", r"(Value of[^\n]*)", r"(bad input was accepted)", r"(\[  FAILED  \] \S+)"):
             m = re.search(pat, text)
             if m:
-                pick = m.group(1)
+                pick = re.sub(r" \(first at \d+\)", "", m.group(1))
                 break
-        out[name] = pick[:160].replace("|", "\\|")
+        out[name] = pick[:230].replace("|", "\\|")
     return out
 
 
