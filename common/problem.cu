@@ -109,14 +109,8 @@ AttentionProblem::AttentionProblem(const ProblemShape& s)
   FA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-AttentionParams AttentionProblem::params() const {
-  const ProblemShape& s = shape_;
+AttentionParams shape_params(const ProblemShape& s) {
   AttentionParams p;
-  p.q = q.get();
-  p.k = k.get();
-  p.v = v.get();
-  p.o = o.get();
-  p.lse = s.with_lse ? lse_buf.get() : nullptr;
   p.batch = s.batch;
   p.heads_q = s.heads_q;
   p.heads_kv = s.heads_kv;
@@ -130,6 +124,24 @@ AttentionParams AttentionProblem::params() const {
   p.softmax_scale = s.softmax_scale;
   p.causal = s.causal;
   p.causal_align = s.align;
+  return p;
+}
+
+AttentionParams validation_params(const ProblemShape& s) {
+  alignas(16) static char stand_in[16];
+  AttentionParams p = shape_params(s);
+  p.q = p.k = p.v = stand_in;
+  p.o = stand_in;
+  return p;
+}
+
+AttentionParams AttentionProblem::params() const {
+  AttentionParams p = shape_params(shape_);
+  p.q = q.get();
+  p.k = k.get();
+  p.v = v.get();
+  p.o = o.get();
+  p.lse = shape_.with_lse ? lse_buf.get() : nullptr;
   return p;
 }
 

@@ -35,6 +35,12 @@ struct ProblemShape {
 };
 
 std::string to_string(const ProblemShape& s);
+
+// The sizes, strides, scale and mask of `s`, with no tensors attached (null pointers).
+AttentionParams shape_params(const ProblemShape& s);
+// The same with stand-in pointers (16-byte aligned, never dereferenced), so fa::validate can judge
+// a shape before anything is allocated, with or without a GPU.
+AttentionParams validation_params(const ProblemShape& s);
 std::string to_string(InputKind k);
 
 class AttentionProblem {

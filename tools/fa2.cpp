@@ -60,22 +60,7 @@ int cmd_run(const std::vector<std::string>& args) {
 
   // Validate the shape before touching the GPU, with stand-in pointers: bad input is reported
   // the same way with or without a GPU, and nothing is allocated for it.
-  {
-    alignas(16) static char dummy[16];
-    AttentionParams p;
-    p.q = p.k = p.v = dummy;
-    p.o = dummy;
-    p.batch = s.batch;
-    p.heads_q = s.heads_q;
-    p.heads_kv = s.heads_kv;
-    p.seqlen_q = s.seqlen_q;
-    p.seqlen_kv = s.seqlen_kv;
-    p.head_dim = s.head_dim;
-    set_bhnd_strides(p);
-    p.causal = s.causal;
-    p.softmax_scale = s.softmax_scale;
-    if (Status st = validate(p, step->caps); !st.ok()) throw std::invalid_argument(st.message());
-  }
+  if (Status st = validate(validation_params(s), step->caps); !st.ok()) throw std::invalid_argument(st.message());
   if (!require_gpu("run")) return 1;
 
   AttentionProblem prob(s);

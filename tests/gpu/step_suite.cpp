@@ -176,15 +176,7 @@ void expect_64bit_offsets(const StepInfo& step) {
   const double elems = double(s.batch * s.heads_q * s.seqlen_q * s.head_dim);
   ASSERT_GT(elems, double(int64_t(1) << 31));
   if (step.caps.max_tensor_elements > 0 && elems > double(step.caps.max_tensor_elements)) {
-    alignas(16) static char dummy[16];
-    AttentionParams p;
-    p.q = p.k = p.v = dummy;
-    p.o = dummy;
-    p.batch = s.batch;
-    p.heads_q = p.heads_kv = s.heads_q;
-    p.seqlen_q = p.seqlen_kv = s.seqlen_q;
-    p.head_dim = s.head_dim;
-    set_bhnd_strides(p);
+    const AttentionParams p = validation_params(s);
     Status refused = step.forward(p, nullptr);
     EXPECT_FALSE(refused.ok()) << "a step with a tensor-size limit must refuse a larger tensor";
     return;
