@@ -3,6 +3,7 @@
 # scripts/format.sh --check exit non-zero (and list the files) if any source is not formatted
 set -euo pipefail
 cd "$(dirname "$0")/.."
+command -v clang-format >/dev/null || { echo "format: clang-format not found (scripts/install_deps.sh --system installs it)"; exit 1; }
 mapfile -t files < <(git ls-files '*.h' '*.cuh' '*.cpp' '*.cu' 2>/dev/null || find include common reference steps tests tools capi -name '*.[ch]*')
 if [ "${1:-}" = "--check" ]; then
   bad=0
