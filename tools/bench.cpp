@@ -126,14 +126,18 @@ std::vector<BenchShape> build_sweep(const CliArgs& cli) {
   return out;
 }
 
-AttentionParams params_for(const BenchShape& s) {
+ProblemShape problem_shape(const BenchShape& s) {
   ProblemShape shape;
   shape.batch = s.batch;
   shape.heads_q = shape.heads_kv = s.heads;
   shape.seqlen_q = shape.seqlen_kv = s.seqlen;
   shape.head_dim = s.head_dim;
   shape.causal = s.causal;
-  return validation_params(shape);  // validation only: the pointers are never dereferenced
+  return shape;
+}
+
+AttentionParams params_for(const BenchShape& s) {
+  return validation_params(problem_shape(s));  // validation only: the pointers are never dereferenced
 }
 
 // Why `step` is not run on `s`, or "" when it is. Decided before any GPU work, so the plan can
@@ -296,12 +300,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   for (size_t i = 0; i < sweep.size(); ++i) {
     const BenchShape& s = sweep[i];
     if (runnable[i].empty()) continue;
-    ProblemShape ps;
-    ps.batch = s.batch;
-    ps.heads_q = ps.heads_kv = s.heads;
-    ps.seqlen_q = ps.seqlen_kv = s.seqlen;
-    ps.head_dim = s.head_dim;
-    ps.causal = s.causal;
+    ProblemShape ps = problem_shape(s);
     ps.seed = 2024 + i;
     ps.with_lse = true;
     AttentionProblem prob(ps);
