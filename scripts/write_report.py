@@ -17,7 +17,7 @@ def sh(cmd):
 
 def parse_ctest(path):
     tests = []
-    pat = re.compile(r"Test\s+#\d+: (\S+) \.+\**\s*(Passed|Failed|Skipped|Not Run|Timeout|Exception|\w+)")
+    pat = re.compile(r"Test\s+#\d+: (.+?) \.{3,}\**\s*(Passed|Failed|Skipped|Not Run|Timeout|Exception|\w+)")
     with open(path, errors="replace") as f:
         for line in f:
             m = pat.search(line)

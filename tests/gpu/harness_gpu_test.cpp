@@ -2,6 +2,8 @@
 // generator against the host one.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "common/check.h"
 #include "common/gpu.h"
 #include "common/random.h"
@@ -50,7 +52,15 @@ INSTANTIATE_TEST_SUITE_P(
                       RefCase{2, 3, 3, 17, 33, 128, false, CausalAlign::top_left, Layout::bhnd},
                       RefCase{1, 4, 2, 130, 97, 64, true, CausalAlign::top_left, Layout::bnhd},
                       RefCase{2, 2, 1, 100, 40, 128, true, CausalAlign::bottom_right, Layout::bhnd},
-                      RefCase{1, 2, 2, 257, 513, 64, true, CausalAlign::bottom_right, Layout::bnhd}));
+                      RefCase{1, 2, 2, 257, 513, 64, true, CausalAlign::bottom_right, Layout::bnhd}),
+    [](const ::testing::TestParamInfo<RefCase>& info) {
+      const RefCase& c = info.param;
+      std::ostringstream name;
+      name << "B" << c.b << "_H" << c.hq << "_Hkv" << c.hkv << "_N" << c.nq << "x" << c.nkv << "_D" << c.d;
+      if (c.causal) name << (c.align == CausalAlign::bottom_right ? "_causalBR" : "_causal");
+      if (c.layout == Layout::bnhd) name << "_bnhd";
+      return name.str();
+    });
 
 TEST(Generator, DeviceMatchesHostFormulaInBothLayouts) {
   FA_REQUIRE_GPU();
