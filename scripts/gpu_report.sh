@@ -4,7 +4,9 @@
 # docs/results/<gpu>.md and <gpu>.csv with the commit, GPU name and clocks.
 #   scripts/gpu_report.sh [results-dir]        (default docs/results)
 # Environment: BUILD_DIR (build), FA_COMMIT (default: git rev-parse), FA_CMAKE_ARGS,
-# FA_SKIP_SANITIZER=1 to skip the sanitizer pass, FA_LADDER_ARGS for extra ladder options.
+# FA_SKIP_SANITIZER=1 to skip the sanitizer pass, FA_LADDER_ARGS for extra ladder options,
+# FA_WITH_COMPARE=1 to also run `fa2 bench` and scripts/compare.py (every step, the default sweeps)
+# into the same results folder — the whole performance picture in one command.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -78,6 +80,16 @@ echo "== ladder"
 "$build/fa2" ladder --csv "$logs/ladder_d64.csv" --d 64 ${FA_LADDER_ARGS:-} 2>"$logs/ladder_d64.err" | tee "$logs/ladder_d64.md"
 # shellcheck disable=SC2086
 "$build/fa2" ladder --csv "$logs/ladder_d128.csv" --d 128 ${FA_LADDER_ARGS:-} 2>"$logs/ladder_d128.err" | tee "$logs/ladder_d128.md"
+
+if [ "${FA_WITH_COMPARE:-0}" = 1 ]; then
+  echo "== fa2 bench"
+  "$build/fa2" bench --csv "$results/bench_${slug}.csv" 2>"$logs/bench.err" | tail -5
+  echo "== compare.py"
+  python3 scripts/compare.py --lib "$build/libfa2_capi.so" --out "$results" --commit "$commit" >"$logs/compare.log" 2>&1
+  compare_rc=$?
+  tail -5 "$logs/compare.log"
+  [ $compare_rc -eq 0 ] || { echo "compare.py failed (exit $compare_rc): a provider disagrees or a step failed"; ctest_rc=1; }
+fi
 
 python3 scripts/write_report.py --logs "$logs" --out "$results" --slug "$slug" --gpu "$gpu" --commit "$commit" \
   --ctest-rc "$ctest_rc"
