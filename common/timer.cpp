@@ -47,4 +47,13 @@ Timing time_on_stream(const std::function<void(cudaStream_t)>& fn, const TimingO
   return t;
 }
 
+TimingOptions fit_to_budget(TimingOptions opt, double probe_ms, double budget_ms, int min_iters) {
+  if (budget_ms <= 0 || !(probe_ms > 0)) return opt;
+  const double fits = budget_ms / probe_ms;  // runs the budget pays for
+  const int floor_iters = std::min(std::max(min_iters, 1), opt.iters);
+  opt.iters = int(std::clamp(fits, double(floor_iters), double(opt.iters)));
+  if (opt.warmup > 0) opt.warmup = int(std::clamp(fits / 4, 1.0, double(opt.warmup)));
+  return opt;
+}
+
 }  // namespace fa

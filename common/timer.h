@@ -27,4 +27,11 @@ Timing time_on_stream(const std::function<void(cudaStream_t)>& fn, const TimingO
 
 double median(std::vector<double> v);
 
+// A sweep point whose single run takes `probe_ms` gets fewer runs when `iters` of them would take
+// longer than `budget_ms`: a 600 ms kernel's median is as steady over 5 runs as a 0.5 ms kernel's
+// over 30, and the slow steps would otherwise dominate the whole sweep. Never fewer than
+// `min_iters` timed runs (nor more than asked); warm-ups shrink to a quarter of the budget, keeping at
+// least one if any were asked for. budget_ms <= 0 or an unknown probe (<= 0) keeps `opt`.
+TimingOptions fit_to_budget(TimingOptions opt, double probe_ms, double budget_ms, int min_iters = 5);
+
 }  // namespace fa

@@ -304,6 +304,19 @@ def compare_lse(lse, ref_lse):
     return ok, float(diff.max().item())
 
 
+def fit_to_budget(warmup, iters, probe_ms, budget_ms, min_iters=5):
+    """Fewer runs for a slow point (common/timer.h's fit_to_budget, the same rule): as many timed
+    runs as `budget_ms` pays for, between min(min_iters, iters) and iters; warm-ups shrink to a
+    quarter of the budget but stay >= 1 if any were asked for. Returns (warmup, iters)."""
+    if budget_ms <= 0 or not probe_ms > 0:
+        return warmup, iters
+    fits = budget_ms / probe_ms
+    floor_iters = min(max(min_iters, 1), iters)
+    new_iters = int(min(max(fits, floor_iters), iters))
+    new_warmup = int(min(max(fits / 4, 1), warmup)) if warmup > 0 else 0
+    return new_warmup, new_iters
+
+
 class Timer:
     """CUDA-event timing: warm-up, L2 flush before every run, median of `iters` runs."""
 
@@ -326,20 +339,22 @@ class Timer:
         torch.cuda.synchronize()
         return start.elapsed_time(end)
 
-    def time(self, fn):
+    def time(self, fn, warmup=None, iters=None):
         torch = self.torch
-        for _ in range(self.warmup):
+        warmup = self.warmup if warmup is None else warmup
+        iters = self.iters if iters is None else iters
+        for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         # Let the CPU queue a few runs ahead of the GPU, so launch overhead is never inside the
         # events: the GPU spins for a few ms while the loop below enqueues.
         try:
             torch.cuda._sleep(20_000_000)
         except Exception:
             pass
-        for i in range(self.iters):
+        for i in range(iters):
             self.flush.zero_()  # evict the previous run's inputs and outputs from L2
             starts[i].record()
             fn()
@@ -599,6 +614,7 @@ def run_gpu(args, shapes):
                 log(f"    {cand['label']:<22} {row['note']}")
                 continue
             cand["row"] = row
+            cand["warmup"], cand["iters"] = fit_to_budget(args.warmup, args.iters, probe, args.point_budget_ms)
             ready.append(cand)
             log(f"    {cand['label']:<22} ok, max |err| {max_abs:.2e}, one run {probe:.3f} ms")
         flash_out = None
@@ -608,7 +624,7 @@ def run_gpu(args, shapes):
         for rep in range(args.repeats):
             for cand in list(ready):
                 try:
-                    med, lo, hi = in_context(cand, lambda: timer.time(cand["run"]))
+                    med, lo, hi = in_context(cand, lambda: timer.time(cand["run"], cand["warmup"], cand["iters"]))
                 except Exception as e:
                     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                     row = dict(cand["row"])
@@ -619,7 +635,7 @@ def run_gpu(args, shapes):
                     log(f"    {cand['label']:<22} {row['note']}")
                     continue
                 row = dict(cand["row"])
-                row.update(repeat=rep, status="ok", median_ms=med, min_ms=lo, max_ms=hi, iters=args.iters,
+                row.update(repeat=rep, status="ok", median_ms=med, min_ms=lo, max_ms=hi, iters=cand["iters"],
                            tflops=flops / (med * 1e-3) / 1e12)
                 rows.append(row)
         for cand in ready:
@@ -771,7 +787,8 @@ def markdown_report(res, env, args, plots):
     L.append(f"| torch / triton | {env['torch']} / {env['triton']} |")
     L.append(f"| commit | `{env['commit']}` |")
     L.append(f"| date | {env['date']} |")
-    L.append(f"| timing | CUDA events; {args.warmup} warm-up runs, then the median of {args.iters} runs, each "
+    L.append(f"| timing | CUDA events; {args.warmup} warm-up runs, then the median of {args.iters} runs (fewer, "
+             f"but at least 5, where they would exceed {args.point_budget_ms:.0f} ms: column `iters`), each "
              f"after writing a {FLUSH_BYTES >> 20} MiB buffer (L2 flushed); every point measured "
              f"{args.repeats}× (spread in the CSV) |")
     L.append(f"| correctness | every output vs an fp32 reference from the upcast inputs: \\|out − ref\\| ≤ {ATOL:g} + "
@@ -1134,8 +1151,8 @@ def fake_rows(shapes, args):
                 tf = eff * rnd.uniform(0.97, 1.03)
                 ms = shape.flops() / (tf * 1e12) * 1e3
                 r = dict(base)
-                r.update(repeat=rep, status="ok", median_ms=ms, min_ms=ms * 0.98, max_ms=ms * 1.05, iters=args.iters,
-                         tflops=tf)
+                r.update(repeat=rep, status="ok", median_ms=ms, min_ms=ms * 0.98, max_ms=ms * 1.05,
+                         iters=fit_to_budget(args.warmup, args.iters, ms, args.point_budget_ms)[1], tflops=tf)
                 rows.append(r)
     return rows, env
 
@@ -1182,6 +1199,12 @@ def selftest(args):
         f.write("# No markers here\n")
     if update_readme(no_markers, "x") or open(no_markers).read() != "# No markers here\n":
         problems.append("a README without markers must be left alone")
+    # The run-count rule must match common/timer.h's (tests/cpu/harness_test.cpp, Timer.FitToBudget...).
+    for (warm, iters, probe, budget), want in [((5, 30, 0.5, 2000.0), (5, 30)), ((5, 30, 100.0, 2000.0), (5, 20)),
+                                               ((5, 30, 650.0, 2000.0), (1, 5)), ((0, 3, 650.0, 2000.0), (0, 3)),
+                                               ((5, 30, 650.0, 0.0), (5, 30)), ((5, 30, 0.0, 2000.0), (5, 30))]:
+        if fit_to_budget(warm, iters, probe, budget) != want:
+            problems.append(f"fit_to_budget{(warm, iters, probe, budget)} != {want}")
     # Failures must make the real run's exit code non-zero: the same predicate is used there.
     if not any_failure(rows):
         problems.append("the fake failure was not detected")
@@ -1235,6 +1258,8 @@ def main(argv=None):
     ap.add_argument("--slow-steps", default="0,1,2", help="the steps --slow-max-n applies to (default 0,1,2)")
     ap.add_argument("--max-ms-per-point", type=float, default=1000.0,
                     help="do not time a provider whose single run takes longer (default 1000 ms)")
+    ap.add_argument("--point-budget-ms", type=float, default=2000.0,
+                    help="fewer timed runs (never below 5) for a point whose runs would take longer (default 2000)")
     ap.add_argument("--commit", help="commit to stamp the results with (default: git rev-parse)")
     ap.add_argument("--plots-from-csv", metavar="CSV",
                     help="no GPU: redraw the two PNG plots from a CSV this script wrote (next to it)")

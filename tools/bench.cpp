@@ -231,7 +231,7 @@ void usage_note(std::FILE* f, int64_t slow_max_n, const std::vector<int64_t>& sl
 int cmd_bench(const std::vector<std::string>& args) {
   CliArgs cli(args, {"causal-only", "no-causal", "no-seed-shape", "dry-run", "no-flush"},
               {"steps", "n", "d", "b", "h", "tokens", "hidden", "csv", "iters", "warmup", "repeats", "slow-steps",
-               "slow-max-n", "max-ms-per-point"});
+               "slow-max-n", "max-ms-per-point", "point-budget-ms"});
   std::vector<int64_t> all;
   for (const StepInfo& s : steps()) all.push_back(s.number);
   const std::vector<int64_t> wanted = cli.get_int_list("steps", all);
@@ -241,6 +241,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   const std::vector<int64_t> slow_steps = cli.get_int_list("slow-steps", {0, 1, 2});
   const int64_t slow_max_n = cli.get_int("slow-max-n", 4096);
   const double max_ms = cli.get_double("max-ms-per-point", 1000.0);
+  const double point_budget_ms = cli.get_double("point-budget-ms", 2000.0);
   const int repeats = int(cli.get_int("repeats", 2));
   TimingOptions opt;
   opt.iters = int(cli.get_int("iters", 20));
@@ -313,6 +314,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       AttentionParams p;
       std::string config;
       double max_abs_err;
+      TimingOptions timing;  // --iters/--warmup, fewer for a slow point (--point-budget-ms)
     };
     std::vector<Ready> ready;
     for (const StepInfo* st : runnable[i]) {
@@ -344,7 +346,8 @@ int cmd_bench(const std::vector<std::string>& args) {
         done += size_t(repeats);
         continue;
       }
-      ready.push_back({st, p, st->describe ? st->describe(p) : std::string(), r.o.max_abs_err});
+      ready.push_back({st, p, st->describe ? st->describe(p) : std::string(), r.o.max_abs_err,
+                       fit_to_budget(opt, probe_ms, point_budget_ms)});
     }
 
     // Time: all steps once, then all again, so slow drifts (clocks, temperature) show up as
@@ -358,7 +361,7 @@ int cmd_bench(const std::vector<std::string>& args) {
               Status fs = rd.step->forward(rd.p, stream);
               if (!fs.ok()) throw std::runtime_error(fs.message());
             },
-            opt);
+            rd.timing);
         BenchRow row;
         row.step = rd.step->number;
         row.shape = s;
@@ -368,7 +371,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         row.min_ms = t.min_ms;
         row.max_ms = t.max_ms;
         row.tflops = flops / (t.median_ms * 1e-3) / 1e12;
-        row.iters = opt.iters;
+        row.iters = rd.timing.iters;
         row.max_abs_err = rd.max_abs_err;
         rows.push_back(row);
         ++done;
@@ -386,8 +389,11 @@ int cmd_bench(const std::vector<std::string>& args) {
   bar.finish();
 
   // The table: one line per (shape, step), repeats side by side.
-  std::printf("\nfa2 bench — %s — commit %s — bf16, median of %d runs, L2 %s, %d repeats\n\n",
-              gpu_description().c_str(), commit.c_str(), opt.iters, opt.flush_l2 ? "flushed" : "not flushed", repeats);
+  std::printf(
+      "\nfa2 bench — %s — commit %s — bf16, median of %d runs (fewer above a %.0f ms budget), L2 %s, %d "
+      "repeats\n\n",
+      gpu_description().c_str(), commit.c_str(), opt.iters, point_budget_ms, opt.flush_l2 ? "flushed" : "not flushed",
+      repeats);
   std::printf("| step | B | H | N | D | causal | ms (per repeat) | TFLOP/s (per repeat) | spread | config |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   std::map<std::string, std::vector<const BenchRow*>> grouped;  // keeps sweep order via index key

@@ -11,6 +11,7 @@
 #include "common/flops.h"
 #include "common/mask.h"
 #include "common/random.h"
+#include "common/timer.h"
 #include "fa/registry.h"
 
 namespace fa {
@@ -162,6 +163,28 @@ TEST(Random, DeterministicNormalWithSensibleMoments) {
   }
   EXPECT_NEAR(sum / n, 0.0, 0.01);
   EXPECT_NEAR(sq / n, 1.0, 0.02);
+}
+
+TEST(Timer, FitToBudgetShrinksOnlySlowPoints) {
+  const TimingOptions asked{5, 30, true};
+  // A fast point keeps every run it asked for.
+  TimingOptions fast = fit_to_budget(asked, 0.5, 2000.0);
+  EXPECT_EQ(fast.iters, 30);
+  EXPECT_EQ(fast.warmup, 5);
+  // 100 ms per run: the 2 s budget pays for 20 runs and 5 warm-ups.
+  TimingOptions mid = fit_to_budget(asked, 100.0, 2000.0);
+  EXPECT_EQ(mid.iters, 20);
+  EXPECT_EQ(mid.warmup, 5);
+  // 650 ms per run: the floor of 5 timed runs and one warm-up.
+  TimingOptions slow = fit_to_budget(asked, 650.0, 2000.0);
+  EXPECT_EQ(slow.iters, 5);
+  EXPECT_EQ(slow.warmup, 1);
+  EXPECT_TRUE(slow.flush_l2);
+  // The floor never exceeds what was asked; no warm-up asked, none added; no budget, no change.
+  EXPECT_EQ(fit_to_budget(TimingOptions{0, 3, true}, 650.0, 2000.0).iters, 3);
+  EXPECT_EQ(fit_to_budget(TimingOptions{0, 3, true}, 650.0, 2000.0).warmup, 0);
+  EXPECT_EQ(fit_to_budget(asked, 650.0, 0.0).iters, 30);
+  EXPECT_EQ(fit_to_budget(asked, 0.0, 2000.0).iters, 30);
 }
 
 }  // namespace
