@@ -1258,8 +1258,8 @@ def main(argv=None):
     ap.add_argument("--slow-steps", default="0,1,2", help="the steps --slow-max-n applies to (default 0,1,2)")
     ap.add_argument("--max-ms-per-point", type=float, default=1000.0,
                     help="do not time a provider whose single run takes longer (default 1000 ms)")
-    ap.add_argument("--point-budget-ms", type=float, default=2000.0,
-                    help="fewer timed runs (never below 5) for a point whose runs would take longer (default 2000)")
+    ap.add_argument("--point-budget-ms", type=float, default=1000.0,
+                    help="fewer timed runs (never below 5) for a point whose runs would take longer (default 1000)")
     ap.add_argument("--commit", help="commit to stamp the results with (default: git rev-parse)")
     ap.add_argument("--plots-from-csv", metavar="CSV",
                     help="no GPU: redraw the two PNG plots from a CSV this script wrote (next to it)")

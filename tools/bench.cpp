@@ -172,9 +172,9 @@ class Progress {
     std::fprintf(stderr, "  %s\n", text.c_str());
     if (tty_) draw();
   }
-  void finish() {
+  void finish(size_t done) {
     if (tty_) std::fprintf(stderr, "\r\x1b[K");
-    std::fprintf(stderr, "[bench] done: %zu points\n", done_);
+    std::fprintf(stderr, "[bench] done: %zu of %zu planned points\n", done, total_);
   }
 
  private:
@@ -241,7 +241,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   const std::vector<int64_t> slow_steps = cli.get_int_list("slow-steps", {0, 1, 2});
   const int64_t slow_max_n = cli.get_int("slow-max-n", 4096);
   const double max_ms = cli.get_double("max-ms-per-point", 1000.0);
-  const double point_budget_ms = cli.get_double("point-budget-ms", 2000.0);
+  const double point_budget_ms = cli.get_double("point-budget-ms", 1000.0);
   const int repeats = int(cli.get_int("repeats", 2));
   TimingOptions opt;
   opt.iters = int(cli.get_int("iters", 20));
@@ -386,7 +386,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       }
     }
   }
-  bar.finish();
+  bar.finish(done);
 
   // The table: one line per (shape, step), repeats side by side.
   std::printf(

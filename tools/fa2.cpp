@@ -99,7 +99,7 @@ void usage() {
                "         [--csv FILE] [--iters 10]      every step on one shape: error, time, TFLOP/s\n"
                "  bench [--steps 3,7] [--n 1024,4096] [--d 64,128] [--b --h] [--causal-only|--no-causal]\n"
                "        [--csv FILE] [--iters 20 --warmup 3 --repeats 2] [--slow-max-n 4096]\n"
-               "        [--slow-steps 0,1,2] [--max-ms-per-point 1000] [--point-budget-ms 2000]\n"
+               "        [--slow-steps 0,1,2] [--max-ms-per-point 1000] [--point-budget-ms 1000]\n"
                "        [--tokens 16384 --hidden 2048]\n"
                "        [--no-seed-shape] [--dry-run]   every step over a sweep: B·N = 16k tokens, H·D = 2048,\n"
                "                                        N = 1k..16k, D = 64/128, causal or not; + B=2 H=16 N=4k\n"
