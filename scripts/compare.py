@@ -941,8 +941,9 @@ def not_timed_notes(res):
     return lines
 
 
-def readme_block(res, env, args, report_rel):
-    """The compact table that goes into README.md: every provider at N = 4k (or the largest N)."""
+def readme_block(res, env, args, report_rel, plot_rels=()):
+    """The compact table that goes into README.md: every provider at N = 4k (or the largest N),
+    followed by the plots (paths relative to the README)."""
     groups = res.groups("16k-tokens")
     cols = []
     for (D, causal), pts in groups.items():
@@ -971,6 +972,9 @@ def readme_block(res, env, args, report_rel):
         L.append(f"“skipped”: steps {slow} run in fp32 on CUDA cores and are not timed above N = {args.slow_max_n} "
                  f"(nor is anything whose single run exceeds {args.max_ms_per_point:.0f} ms); “n/a”: the provider "
                  "does not support the shape (e.g. a step before the causal lesson) or is not installed.")
+    for rel in plot_rels:
+        what = "TFLOP/s against N" if rel.endswith("_tflops.png") else "share of the bf16 GEMM ceiling"
+        L += ["", f"[![{what}]({rel})]({rel})"]
     return "\n".join(L)
 
 
@@ -1080,8 +1084,10 @@ def write_outputs(rows, env, args):
     written = [prefix + ".csv", prefix + ".md"] + plots
     if not args.no_readme:
         readme = args.readme or os.path.join(ROOT, "README.md")
-        rel = os.path.relpath(prefix + ".md", os.path.dirname(os.path.abspath(readme)))
-        if update_readme(readme, readme_block(res, env, args, rel)):
+        here = os.path.dirname(os.path.abspath(readme))
+        rel = os.path.relpath(prefix + ".md", here)
+        plot_rels = [os.path.relpath(p, here) for p in plots if p.endswith("_tflops.png")]
+        if update_readme(readme, readme_block(res, env, args, rel, plot_rels)):
             written.append(readme)
     return res, written
 
@@ -1175,6 +1181,8 @@ def selftest(args):
     text = open(readme, encoding="utf-8").read()
     if "old table" in text or "00_naive" not in text or not text.rstrip().endswith("## After"):
         problems.append("README block not replaced correctly")
+    if "matplotlib" in sys.modules and f"]({args.name}_tflops.png)" not in text:
+        problems.append("README block does not link the TFLOP/s plot")
     md = open(os.path.join(args.out, args.name + ".md"), encoding="utf-8").read()
     needles = ["SDPA flash", "SDPA cuDNN", "Triton FA2 (seed)", "07_lse_store", "**FAIL**", "n/a", "bf16 GEMM",
                "÷ SDPA flash / ÷ SDPA cuDNN", "seeds' shape", "gemm_bf16", "copy_d2d"]
@@ -1261,8 +1269,9 @@ def main(argv=None):
     ap.add_argument("--point-budget-ms", type=float, default=1000.0,
                     help="fewer timed runs (never below 5) for a point whose runs would take longer (default 1000)")
     ap.add_argument("--commit", help="commit to stamp the results with (default: git rev-parse)")
-    ap.add_argument("--plots-from-csv", metavar="CSV",
-                    help="no GPU: redraw the two PNG plots from a CSV this script wrote (next to it)")
+    ap.add_argument("--from-csv", metavar="CSV",
+                    help="no GPU: redraw the two PNG plots (next to the CSV) and the README block from a CSV this "
+                         "script wrote")
     ap.add_argument("--selftest-fake-data", action="store_true",
                     help="no GPU: write every report from made-up numbers into a temp folder (or --out) and check it")
     args = ap.parse_args(argv)
@@ -1287,12 +1296,21 @@ def main(argv=None):
         args.name = args.name or "compare_selftest"
         return selftest(args)
 
-    if args.plots_from_csv:
-        with open(args.plots_from_csv, newline="", encoding="utf-8") as f:
+    if args.from_csv:
+        with open(args.from_csv, newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
-        env = {"gpu": rows[0]["gpu"], "commit": rows[0]["commit"]}
-        for p in write_plots(Results(rows), env, os.path.splitext(args.plots_from_csv)[0]):
+        env = {"gpu": rows[0]["gpu"], "commit": rows[0]["commit"], "date": rows[0]["date"]}
+        res = Results(rows)
+        prefix = os.path.splitext(args.from_csv)[0]
+        plots = write_plots(res, env, prefix)
+        for p in plots:
             log(f"[compare] wrote {p}")
+        if not args.no_readme:
+            readme = args.readme or os.path.join(ROOT, "README.md")
+            here = os.path.dirname(os.path.abspath(readme))
+            plot_rels = [os.path.relpath(p, here) for p in plots if p.endswith("_tflops.png")]
+            if update_readme(readme, readme_block(res, env, args, os.path.relpath(prefix + ".md", here), plot_rels)):
+                log(f"[compare] wrote {readme}")
         return 0
 
     rows, env = run_gpu(args, shapes)
