@@ -5,8 +5,9 @@
 #   scripts/gpu_report.sh [results-dir]        (default docs/results)
 # Environment: BUILD_DIR (build), FA_COMMIT (default: git rev-parse), FA_CMAKE_ARGS,
 # FA_SKIP_SANITIZER=1 to skip the sanitizer pass, FA_LADDER_ARGS for extra ladder options,
-# FA_WITH_COMPARE=1 to also run `fa2 bench` and scripts/compare.py (every step, the default sweeps)
-# into the same results folder — the whole performance picture in one command.
+# FA_WITH_COMPARE=1 to also run `fa2 bench` (bench_<gpu>.csv and .md) and scripts/compare.py (every
+# step, the default sweeps) into the same results folder — the whole performance picture in one
+# command. A step that fails its check in either, or a provider that disagrees, fails the run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -83,7 +84,10 @@ echo "== ladder"
 
 if [ "${FA_WITH_COMPARE:-0}" = 1 ]; then
   echo "== fa2 bench"
-  "$build/fa2" bench --csv "$results/bench_${slug}.csv" 2>"$logs/bench.err" | tail -5
+  "$build/fa2" bench --csv "$results/bench_${slug}.csv" >"$results/bench_${slug}.md" 2>"$logs/bench.err"
+  bench_rc=$?
+  tail -5 "$results/bench_${slug}.md"
+  [ $bench_rc -eq 0 ] || { echo "fa2 bench failed (exit $bench_rc): a step failed its check"; ctest_rc=1; }
   echo "== compare.py"
   python3 scripts/compare.py --lib "$build/libfa2_capi.so" --out "$results" --commit "$commit" >"$logs/compare.log" 2>&1
   compare_rc=$?
