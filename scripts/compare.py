@@ -1082,14 +1082,22 @@ def write_outputs(rows, env, args):
     with open(prefix + ".md", "w", encoding="utf-8") as f:
         f.write(md)
     written = [prefix + ".csv", prefix + ".md"] + plots
-    if not args.no_readme:
-        readme = args.readme or os.path.join(ROOT, "README.md")
-        here = os.path.dirname(os.path.abspath(readme))
-        rel = os.path.relpath(prefix + ".md", here)
-        plot_rels = [os.path.relpath(p, here) for p in plots if p.endswith("_tflops.png")]
-        if update_readme(readme, readme_block(res, env, args, rel, plot_rels)):
-            written.append(readme)
+    readme = write_readme(res, env, args, prefix, plots)
+    if readme:
+        written.append(readme)
     return res, written
+
+
+def write_readme(res, env, args, prefix, plots):
+    """The README's results block, linking the report `<prefix>.md` and the TFLOP/s plot by paths
+    relative to the README. Returns the README's path if it was updated, else None."""
+    if args.no_readme:
+        return None
+    readme = args.readme or os.path.join(ROOT, "README.md")
+    here = os.path.dirname(os.path.abspath(readme))
+    plot_rels = [os.path.relpath(p, here) for p in plots if p.endswith("_tflops.png")]
+    block = readme_block(res, env, args, os.path.relpath(prefix + ".md", here), plot_rels)
+    return readme if update_readme(readme, block) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1303,14 +1311,9 @@ def main(argv=None):
         res = Results(rows)
         prefix = os.path.splitext(args.from_csv)[0]
         plots = write_plots(res, env, prefix)
-        for p in plots:
-            log(f"[compare] wrote {p}")
-        if not args.no_readme:
-            readme = args.readme or os.path.join(ROOT, "README.md")
-            here = os.path.dirname(os.path.abspath(readme))
-            plot_rels = [os.path.relpath(p, here) for p in plots if p.endswith("_tflops.png")]
-            if update_readme(readme, readme_block(res, env, args, os.path.relpath(prefix + ".md", here), plot_rels)):
-                log(f"[compare] wrote {readme}")
+        for p in plots + [write_readme(res, env, args, prefix, plots)]:
+            if p:
+                log(f"[compare] wrote {p}")
         return 0
 
     rows, env = run_gpu(args, shapes)

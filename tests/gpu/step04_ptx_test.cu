@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -177,57 +178,48 @@ std::vector<uint16_t> run_ldmatrix(int operand, std::vector<uint16_t>* tile) {
   return dout.download();
 }
 
-// got(rb, cb, lane, element e of 8): register e/2, half e%2.
-uint16_t got_at(const std::vector<uint16_t>& out, int rb, int cb, int lane, int e) {
-  return out[size_t(((rb * (COLS / 16) + cb) * 32 + lane) * 8 + e)];
+// Loads tile `operand` through ldmatrix and checks every (16×16 block, lane, element) against
+// the tile element `source(rb, cb, lane, e)` names, as {row, col}: the fragment layout under test.
+// Element e of a lane's 8 is register e/2, half e%2.
+template <class Source>
+void expect_fragments(int operand, Source source) {
+  std::vector<uint16_t> tile;  // (ROWS, COLS), row-major
+  const std::vector<uint16_t> out = run_ldmatrix(operand, &tile);
+  for (int rb = 0; rb < ROWS / 16; ++rb)
+    for (int cb = 0; cb < COLS / 16; ++cb)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int e = 0; e < 8; ++e) {
+          const auto [row, col] = source(rb, cb, lane, e);
+          ASSERT_EQ(out[((size_t(rb) * (COLS / 16) + cb) * 32 + lane) * 8 + e], tile[row * COLS + col])
+              << "block (" << rb << "," << cb << ") lane " << lane << " element " << e;
+        }
 }
 
 TEST(PtxLdmatrix, QTileGivesAFragments) {
   FA_REQUIRE_GPU();
-  std::vector<uint16_t> tile;
-  auto out = run_ldmatrix(0, &tile);
-  for (int rb = 0; rb < ROWS / 16; ++rb)
-    for (int cb = 0; cb < COLS / 16; ++cb)
-      for (int lane = 0; lane < 32; ++lane)
-        for (int e = 0; e < 8; ++e) {
-          const int row = rb * 16 + mma_a_row(lane, e), col = cb * 16 + mma_a_col(lane, e);
-          ASSERT_EQ(got_at(out, rb, cb, lane, e), tile[row * COLS + col])
-              << "block (" << rb << "," << cb << ") lane " << lane << " element " << e;
-        }
+  expect_fragments(0, [](int rb, int cb, int lane, int e) {
+    return std::pair{rb * 16 + mma_a_row(lane, e), cb * 16 + mma_a_col(lane, e)};
+  });
 }
 
 TEST(PtxLdmatrix, KTileGivesBFragmentsOfQKt) {
   FA_REQUIRE_GPU();
-  std::vector<uint16_t> tile;  // rows = keys, cols = head dim
-  auto out = run_ldmatrix(1, &tile);
-  for (int rb = 0; rb < ROWS / 16; ++rb)
-    for (int cb = 0; cb < COLS / 16; ++cb)
-      for (int lane = 0; lane < 32; ++lane)
-        for (int e = 0; e < 8; ++e) {
-          // registers 0,1: B fragment of key tile 0 (keys 0-7); registers 2,3: key tile 1.
-          // B is (k = head dim) × (n = key): element i of a B fragment is K[key = n][dim = k].
-          const int tile_n = e / 4, i = e % 4;
-          const int key = rb * 16 + tile_n * 8 + mma_b_col(lane, i), dim = cb * 16 + mma_b_row(lane, i);
-          ASSERT_EQ(got_at(out, rb, cb, lane, e), tile[key * COLS + dim])
-              << "block (" << rb << "," << cb << ") lane " << lane << " element " << e;
-        }
+  // Tile rows = keys, cols = head dim. Registers 0,1: the B fragment of key tile 0 (keys 0-7);
+  // registers 2,3: key tile 1. B is (k = head dim) × (n = key): element i is K[key = n][dim = k].
+  expect_fragments(1, [](int rb, int cb, int lane, int e) {
+    const int tile_n = e / 4, i = e % 4;
+    return std::pair{rb * 16 + tile_n * 8 + mma_b_col(lane, i), cb * 16 + mma_b_row(lane, i)};
+  });
 }
 
 TEST(PtxLdmatrix, VTileTransposedGivesBFragmentsOfPV) {
   FA_REQUIRE_GPU();
-  std::vector<uint16_t> tile;  // rows = keys, cols = head dim
-  auto out = run_ldmatrix(2, &tile);
-  for (int rb = 0; rb < ROWS / 16; ++rb)
-    for (int cb = 0; cb < COLS / 16; ++cb)
-      for (int lane = 0; lane < 32; ++lane)
-        for (int e = 0; e < 8; ++e) {
-          // registers 0,1: B fragment of dim tile 0; registers 2,3: dim tile 1.
-          // B is (k = key) × (n = head dim): element i is V[key = k][dim = n].
-          const int tile_d = e / 4, i = e % 4;
-          const int key = rb * 16 + mma_b_row(lane, i), dim = cb * 16 + tile_d * 8 + mma_b_col(lane, i);
-          ASSERT_EQ(got_at(out, rb, cb, lane, e), tile[key * COLS + dim])
-              << "block (" << rb << "," << cb << ") lane " << lane << " element " << e;
-        }
+  // Tile rows = keys, cols = head dim. Registers 0,1: the B fragment of dim tile 0; registers
+  // 2,3: dim tile 1. B is (k = key) × (n = head dim): element i is V[key = k][dim = n].
+  expect_fragments(2, [](int rb, int cb, int lane, int e) {
+    const int tile_d = e / 4, i = e % 4;
+    return std::pair{rb * 16 + mma_b_row(lane, i), cb * 16 + tile_d * 8 + mma_b_col(lane, i)};
+  });
 }
 
 // ---- cp.async ---------------------------------------------------------------------------------
