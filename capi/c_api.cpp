@@ -65,11 +65,7 @@ std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
 // The step, or an FA_ERROR_INVALID message listing the registered ones.
 const fa::StepInfo* lookup(int step, std::string& why) {
   if (const fa::StepInfo* s = fa::find_step(step)) return s;
-  why = "unknown step " + std::to_string(step) + "; registered steps:";
-  for (const fa::StepInfo& s : fa::steps()) {
-    why += ' ';
-    why += std::to_string(s.number);
-  }
+  why = fa::unknown_step_message(step);
   return nullptr;
 }
 

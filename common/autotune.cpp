@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <utility>
+
+#include "common/timer.h"
 
 namespace fa::autotune {
 
@@ -164,8 +167,7 @@ Timings time_candidates(const std::vector<Candidate>& candidates, cudaStream_t s
       ms.push_back(elapsed);
     }
     if (ms.empty()) continue;
-    std::sort(ms.begin(), ms.end());
-    t.median_ms[i] = ms[ms.size() / 2];
+    t.median_ms[i] = median(std::move(ms));
     if (t.best < 0 || t.median_ms[i] < t.median_ms[size_t(t.best)]) t.best = int(i);
   }
   cudaEventDestroy(start);

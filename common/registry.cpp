@@ -45,18 +45,18 @@ const StepInfo* find_step(int number) {
   return nullptr;
 }
 
+std::string unknown_step_message(int number) {
+  std::string msg = "unknown step " + std::to_string(number) + "; registered steps:";
+  for (const StepInfo& t : steps()) {
+    msg += ' ';
+    msg += std::to_string(t.number);
+  }
+  return msg;
+}
+
 Status run_step(int number, const AttentionParams& params, cudaStream_t stream) {
   const StepInfo* s = find_step(number);
-  if (!s) {
-    std::string msg = "unknown step ";
-    msg += std::to_string(number);
-    msg += "; registered steps:";
-    for (const StepInfo& t : steps()) {
-      msg += ' ';
-      msg += std::to_string(t.number);
-    }
-    return Status::Error(msg);
-  }
+  if (!s) return Status::Error(unknown_step_message(number));
   return s->forward(params, stream);
 }
 

@@ -511,7 +511,7 @@ def run_gpu(args, shapes):
             p = lib.params(q, k, v, o, lse, shape.causal)
             rc, msg = lib.validate(st["number"], p)
             note = ""
-            if rc == FA_ERROR_UNSUPPORTED or rc != 0:
+            if rc != 0:
                 note = ("unsupported: " if rc == FA_ERROR_UNSUPPORTED else "refused: ") + msg
             elif st["number"] in args.slow_steps_list and args.slow_max_n > 0 and shape.N > args.slow_max_n:
                 note = f"skipped: fp32 CUDA-core step, too slow above N={args.slow_max_n} (--slow-max-n)"

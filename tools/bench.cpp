@@ -200,19 +200,14 @@ bool is_out_of_memory(const std::string& message) {
 
 // One run of `step`, timed with events: the probe that decides whether a point is affordable.
 double time_one_run(const StepInfo& step, const AttentionParams& p) {
-  cudaEvent_t start, stop;
-  FA_CUDA_CHECK(cudaEventCreate(&start));
-  FA_CUDA_CHECK(cudaEventCreate(&stop));
-  FA_CUDA_CHECK(cudaEventRecord(start, nullptr));
-  Status st = step.forward(p, nullptr);
-  FA_CUDA_CHECK(cudaEventRecord(stop, nullptr));
-  FA_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  FA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (!st.ok()) throw std::runtime_error(st.message());
-  return ms;
+  const TimingOptions once{/*warmup=*/0, /*iters=*/1, /*flush_l2=*/false};
+  return time_on_stream(
+             [&](cudaStream_t stream) {
+               Status st = step.forward(p, stream);
+               if (!st.ok()) throw std::runtime_error(st.message());
+             },
+             once)
+      .median_ms;
 }
 
 void usage_note(std::FILE* f, int64_t slow_max_n, const std::vector<int64_t>& slow_steps, double max_ms) {
@@ -236,7 +231,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   for (const StepInfo& s : steps()) all.push_back(s.number);
   const std::vector<int64_t> wanted = cli.get_int_list("steps", all);
   for (int64_t n : wanted)
-    if (!find_step(int(n))) throw std::invalid_argument(run_step(int(n), AttentionParams{}, nullptr).message());
+    if (!find_step(int(n))) throw std::invalid_argument(unknown_step_message(int(n)));
   const std::vector<BenchShape> sweep = build_sweep(cli);
   const std::vector<int64_t> slow_steps = cli.get_int_list("slow-steps", {0, 1, 2});
   const int64_t slow_max_n = cli.get_int("slow-max-n", 4096);

@@ -37,7 +37,7 @@ int cmd_ladder(const std::vector<std::string>& args) {
   for (const StepInfo& s : steps()) all.push_back(s.number);
   std::vector<int64_t> wanted = cli.get_int_list("steps", all);
   for (int64_t n : wanted)
-    if (!find_step(int(n))) throw std::invalid_argument("unknown step " + std::to_string(n));
+    if (!find_step(int(n))) throw std::invalid_argument(unknown_step_message(int(n)));
   if (!require_gpu("ladder")) return 1;
 
   ProblemShape base;

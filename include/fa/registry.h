@@ -46,6 +46,10 @@ const std::vector<StepInfo>& steps();
 /// @brief The step with this number, or nullptr.
 const StepInfo* find_step(int number);
 
+/// @brief "unknown step N; registered steps: 0 1 ...": the one message every entry point gives for
+/// a step number that is not registered.
+std::string unknown_step_message(int number);
+
 /// @brief Runs `forward` of step `number`; an unknown step gives an error `Status`.
 Status run_step(int number, const AttentionParams& params, cudaStream_t stream);
 

@@ -65,18 +65,27 @@ std::vector<Kernel> dump_sass(const std::string& object) {
   return kernels;
 }
 
-std::vector<Kernel> all_kernels() {
-  std::vector<Kernel> all;
-  for (const auto& o : g_opt.objects) {
-    auto k = dump_sass(o);
-    all.insert(all.end(), k.begin(), k.end());
-  }
+// Every kernel of every --object, disassembled once per process and shared by the tests.
+const std::vector<Kernel>& all_kernels() {
+  static const std::vector<Kernel> all = [] {
+    std::vector<Kernel> v;
+    for (const auto& o : g_opt.objects) {
+      auto k = dump_sass(o);
+      v.insert(v.end(), k.begin(), k.end());
+    }
+    return v;
+  }();
   return all;
 }
 
-std::regex instruction_regex(const std::string& mnemonic) {
-  // Opcode position: "/*0a30*/   HMMA.16816.F32.BF16 R4, ..." — match the mnemonic as a word.
-  return std::regex("\\*/\\s+(@!?U?P\\w+\\s+)?" + mnemonic + "(\\.|\\s)");
+// The opcode-position pattern of `mnemonic`, compiled once: "/*0a30*/   HMMA.16816.F32.BF16 R4, ..."
+// matches HMMA as a word.
+const std::regex& instruction_regex(const std::string& mnemonic) {
+  static std::map<std::string, std::regex> compiled;
+  auto it = compiled.find(mnemonic);
+  if (it == compiled.end())
+    it = compiled.emplace(mnemonic, std::regex("\\*/\\s+(@!?U?P\\w+\\s+)?" + mnemonic + "(\\.|\\s)")).first;
+  return it->second;
 }
 
 bool has_instruction(const std::string& sass, const std::string& mnemonic) {
@@ -84,13 +93,13 @@ bool has_instruction(const std::string& sass, const std::string& mnemonic) {
 }
 
 int count_instruction(const std::string& sass, const std::string& mnemonic) {
-  const std::regex re = instruction_regex(mnemonic);
+  const std::regex& re = instruction_regex(mnemonic);
   return int(std::distance(std::sregex_iterator(sass.begin(), sass.end(), re), std::sregex_iterator()));
 }
 
 TEST(Sass, ObjectHoldsKernels) {
   ASSERT_FALSE(g_opt.objects.empty()) << "no --object given";
-  auto kernels = all_kernels();
+  const auto& kernels = all_kernels();
   EXPECT_FALSE(kernels.empty()) << "cuobjdump found no kernels";
   std::set<std::string> arches;
   for (auto& k : kernels) arches.insert(k.arch);
@@ -127,7 +136,7 @@ TEST(Sass, RequiredInstructions) {
   }
   std::regex kernel_re(g_opt.kernel);
   std::map<std::string, std::vector<const Kernel*>> by_arch;
-  auto kernels = all_kernels();
+  const auto& kernels = all_kernels();
   for (const auto& k : kernels)
     if (std::regex_search(k.name, kernel_re)) by_arch[k.arch].push_back(&k);
   ASSERT_FALSE(by_arch.empty()) << "no kernel matches --kernel=" << g_opt.kernel;
