@@ -133,7 +133,7 @@ int fa_step_describe(int step, const fa_attention_params* p, char* buf, size_t b
     fa::AttentionParams params;
     why = convert(p, params);
     if (!why.empty()) return fail(buf, buf_len, FA_ERROR_INVALID, why);
-    write_message(buf, buf_len, info->describe ? info->describe(params) : std::string());
+    write_message(buf, buf_len, fa::describe_config(*info, params));
     return FA_OK;
   } catch (const std::exception& e) {
     return fail(buf, buf_len, FA_ERROR_RUNTIME, e.what());

@@ -34,24 +34,93 @@ function(fa_step_dir nn out)
   set(${out} ${dirs} PARENT_SCOPE)
 endfunction()
 
+# fa_build_id(<out-var> <file>...): 16 hex digits of a SHA-256 over the contents of the files and
+# the compiler setup (architectures, build type, nvcc version). A step's tuning cache is keyed by
+# this id, so it must change whenever the compiled kernel can change, and only then: a timestamp
+# would change on every rebuild of the same source and stay put across a copy of the build.
+function(fa_build_id out)
+  set(text "arch=${CMAKE_CUDA_ARCHITECTURES}\ntype=${CMAKE_BUILD_TYPE}\nnvcc=${CMAKE_CUDA_COMPILER_VERSION}\n")
+  foreach(f IN LISTS ARGN)
+    file(SHA256 ${f} h)
+    file(RELATIVE_PATH rel ${CMAKE_SOURCE_DIR} ${f})
+    string(APPEND text "${rel} ${h}\n")
+  endforeach()
+  string(SHA256 id "${text}")
+  string(SUBSTRING ${id} 0 16 id)
+  set(${out} ${id} PARENT_SCOPE)
+endfunction()
+
+# fa_step_id_inputs(<out-var> <step folder>): the files a step's compiled kernel depends on (its
+# attention.cu, every building block under device/, the tuner's interface). Each is added to the
+# configure dependencies, so an edit reconfigures and the build id follows it.
+function(fa_step_id_inputs out dir)
+  file(GLOB_RECURSE device_files CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/device/*)
+  list(SORT device_files)
+  set(files ${dir}/attention.cu ${device_files} ${CMAKE_SOURCE_DIR}/library/tuner.h)
+  set_property(DIRECTORY ${CMAKE_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${files})
+  set(${out} ${files} PARENT_SCOPE)
+endfunction()
+
 # fa_step_test_executable(<target> <step objects target> <nn>): the shared GPU suite plus the
-# step's own tests (tests/gpu/stepNN_*.cpp) linked against exactly one step.
+# step's own tests (steps/NN_name/tests/*.cpp and *.cu) linked against exactly one step.
 function(fa_step_test_executable target step_target nn)
-  file(GLOB own_tests ${CMAKE_SOURCE_DIR}/tests/gpu/step${nn}_*.cpp ${CMAKE_SOURCE_DIR}/tests/gpu/step${nn}_*.cu)
+  fa_step_dir(${nn} dir)
+  file(GLOB own_tests CONFIGURE_DEPENDS ${dir}/tests/*.cpp ${dir}/tests/*.cu)
   add_executable(${target} ${own_tests})
   target_link_libraries(${target} PRIVATE fa_gpu_suite ${step_target} fa_harness GTest::gtest)
 endfunction()
 
-# fa_add_step(<NN> <name>): builds steps/NN_name/attention.cu into fa_stepNN (an object library,
-# so its self-registration is always linked), adds it to the CLI and the library, and registers
-# the shared GPU suite + the step's own tests with ctest labels gpu;stepNN.
-function(fa_add_step nn name)
+# fa_step(<NN> <name> [BASE <NN>]
+#         [STATIC [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...] [KERNEL <regex>]]
+#         [CASES "<case>=<fa2 run arguments>"...])
+# The one call in steps/NN_name/step.cmake. It builds attention.cu into fa_stepNN (an object
+# library, so that its self-registration is always linked) against fa_library, with FA_BUILD_ID
+# set; adds it to fa2 and the C library; and registers with ctest, all labelled stepNN:
+#   stepNN.<suite>.<case>  the shared GPU suite and the step's own tests (label gpu)
+#   stepNN.Overflow.*      the tensor past 2^31 elements (label large, one at a time)
+#   static.stepNN          the SASS check: no local memory anywhere, plus the STATIC rules
+#   stepNN.case.<case>     `fa2 run --step NN <arguments>` checked against the reference (label
+#                          gpu; skipped without a GPU): the step's lesson on a shape worth seeing
+#   stepNN.registered      `fa2 list` shows the step under this number and name, from BASE (cpu)
+# BASE is the step this one grows from: scripts/diff_steps.sh NN diffs against it.
+function(fa_step nn name)
+  cmake_parse_arguments(A "STATIC" "BASE;KERNEL" "REQUIRE;FORBID;MIN_COUNT;CASES" ${ARGN})
   set(dir ${FA_STEPS_DIR}/${nn}_${name})
+  if(A_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "fa_step(${nn} ${name}): unexpected arguments '${A_UNPARSED_ARGUMENTS}'")
+  endif()
+  if(NOT nn MATCHES "^[0-9][0-9]$")
+    message(FATAL_ERROR "fa_step(${nn} ${name}): the step number is two digits, e.g. 04")
+  endif()
+  if(NOT CMAKE_CURRENT_LIST_DIR STREQUAL dir)
+    file(RELATIVE_PATH here ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_LIST_FILE})
+    message(FATAL_ERROR "${here} declares fa_step(${nn} ${name}): number and name must match its folder")
+  endif()
+  if(NOT EXISTS ${dir}/attention.cu)
+    message(WARNING "steps/${nn}_${name} has a step.cmake but no attention.cu yet: step ${nn} is not built")
+    return()
+  endif()
+  set(base_regex "[^(]")  # no "(from NN)" in fa2 list
+  if(DEFINED A_BASE)
+    if(NOT A_BASE MATCHES "^[0-9][0-9]$" OR NOT A_BASE LESS nn)
+      message(FATAL_ERROR "fa_step(${nn} ${name}): BASE ${A_BASE} must be an earlier step's two-digit number")
+    endif()
+    fa_step_dir(${A_BASE} base_dir)
+    set(base_regex "\\(from ${A_BASE}\\)")
+  endif()
+  set_property(GLOBAL PROPERTY FA_STEP_BASE_${nn} "${A_BASE}")
+
+  # The step itself, and the id its tuning cache is keyed by.
+  fa_step_id_inputs(id_inputs ${dir})
+  fa_build_id(build_id ${id_inputs})
+  set_property(GLOBAL PROPERTY FA_BUILD_ID_${nn} ${build_id})
   add_library(fa_step${nn} OBJECT ${dir}/attention.cu)
-  target_link_libraries(fa_step${nn} PUBLIC fa_harness)
+  target_link_libraries(fa_step${nn} PUBLIC fa_library)
+  target_compile_definitions(fa_step${nn} PRIVATE FA_BUILD_ID="${build_id}")
   set_property(GLOBAL APPEND PROPERTY FA_STEP_TARGETS fa_step${nn})
   set_property(GLOBAL APPEND PROPERTY FA_STEP_NUMBERS ${nn})
 
+  # The shared GPU suite and the step's own tests.
   fa_step_test_executable(fa_test_step${nn} fa_step${nn} ${nn})
   gtest_discover_tests(fa_test_step${nn}
     TEST_PREFIX "step${nn}."
@@ -70,4 +139,34 @@ function(fa_add_step nn name)
   add_test(NAME step${nn}.Overflow.Past2To31Elements COMMAND fa_test_step${nn} --fa_large)
   set_tests_properties(step${nn}.Overflow.Past2To31Elements PROPERTIES LABELS "gpu;step${nn};large"
                        RESOURCE_LOCK gpu_memory SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+
+  # The SASS check: always "no local memory"; the step's STATIC rules on top.
+  set(static_args)
+  foreach(kw REQUIRE FORBID MIN_COUNT)
+    if(A_${kw})
+      list(APPEND static_args ${kw} ${A_${kw}})
+    endif()
+  endforeach()
+  if(A_KERNEL)
+    list(APPEND static_args KERNEL ${A_KERNEL})
+  endif()
+  fa_static_check(${nn} ${static_args})
+
+  # The step's named cases through the main tool. fa2 run exits 3 on a mismatch with the
+  # reference and 77 when there is no GPU (reported as skipped, never as passed).
+  foreach(c IN LISTS A_CASES)
+    if(NOT c MATCHES "^([A-Za-z0-9_]+)=(.+)$")
+      message(FATAL_ERROR "fa_step(${nn} ${name}): a case is \"name=fa2 run arguments\", got \"${c}\"")
+    endif()
+    set(case_name ${CMAKE_MATCH_1})
+    separate_arguments(case_args UNIX_COMMAND "${CMAKE_MATCH_2}")
+    add_test(NAME step${nn}.case.${case_name}
+             COMMAND $<TARGET_FILE:fa2> run --step ${nn} ${case_args} --iters 1 --warmup 0)
+    set_tests_properties(step${nn}.case.${case_name} PROPERTIES LABELS "gpu;step${nn}" SKIP_RETURN_CODE 77)
+  endforeach()
+
+  # The registry and step.cmake agree on number, name and base (no GPU needed).
+  add_test(NAME step${nn}.registered COMMAND $<TARGET_FILE:fa2> list)
+  set_tests_properties(step${nn}.registered PROPERTIES LABELS "cpu;step${nn}"
+                       PASS_REGULAR_EXPRESSION "(^|\n)${nn}_${name} +${base_regex}")
 endfunction()

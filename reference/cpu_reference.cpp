@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "common/mask.h"
+#include "device/mask.h"
 
 namespace fa {
 

@@ -1,9 +1,9 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <string>
 
-#include "common/cuda_check.h"
-#include "common/mask.h"
+#include "device/mask.h"
 #include "reference/gpu_reference.h"
 
 namespace fa {
@@ -58,7 +58,8 @@ Status gpu_reference(const AttentionParams& p, float* o_out, float* lse_out, cud
   const int threads = 128;
   reference_kernel<<<unsigned(cdiv(rows, threads)), threads, 0, stream>>>(p, p.effective_scale(), p.causal_offset(),
                                                                           o_out, lse_out);
-  FA_LAUNCH_RETURN();
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess)
+    return Status::Error(std::string("gpu_reference: launch failed: ") + cudaGetErrorString(err));
   return Status::Ok();
 }
 

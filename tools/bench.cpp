@@ -21,12 +21,12 @@
 #include <string>
 #include <vector>
 
-#include "common/check.h"
-#include "common/cli.h"
-#include "common/cuda_check.h"
-#include "common/flops.h"
-#include "common/gpu.h"
-#include "common/timer.h"
+#include "harness/check.h"
+#include "harness/cli.h"
+#include "harness/cuda_check.h"
+#include "harness/flops.h"
+#include "harness/gpu.h"
+#include "harness/timer.h"
 #include "fa/registry.h"
 #include "tools/commands.h"
 
@@ -341,7 +341,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         done += size_t(repeats);
         continue;
       }
-      ready.push_back({st, p, st->describe ? st->describe(p) : std::string(), r.o.max_abs_err,
+      ready.push_back({st, p, fa::describe_config(*st, p), r.o.max_abs_err,
                        fit_to_budget(opt, probe_ms, point_budget_ms)});
     }
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "common/check.h"
-#include "common/cli.h"
-#include "common/flops.h"
-#include "common/gpu.h"
-#include "common/timer.h"
+#include "harness/check.h"
+#include "harness/cli.h"
+#include "harness/flops.h"
+#include "harness/gpu.h"
+#include "harness/timer.h"
 #include "fa/registry.h"
 #include "tools/commands.h"
 
@@ -65,7 +65,7 @@ int cmd_run(const std::vector<std::string>& args) {
 
   AttentionProblem prob(s);
   std::printf("step %02d_%s on %s\n", step->number, step->name.c_str(), to_string(s).c_str());
-  if (step->describe) std::printf("config: %s\n", step->describe(prob.params()).c_str());
+  if (const std::string c = fa::describe_config(*step, prob.params()); !c.empty()) std::printf("config: %s\n", c.c_str());
   if (!cli.flag("no-check")) {
     ReferenceData ref = compute_reference(prob);
     CheckResult r = run_and_check(*step, prob, ref);

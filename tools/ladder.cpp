@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "common/check.h"
-#include "common/cli.h"
-#include "common/flops.h"
-#include "common/gpu.h"
-#include "common/timer.h"
+#include "harness/check.h"
+#include "harness/cli.h"
+#include "harness/flops.h"
+#include "harness/gpu.h"
+#include "harness/timer.h"
 #include "fa/registry.h"
 #include "tools/commands.h"
 
@@ -85,7 +85,7 @@ int cmd_ladder(const std::vector<std::string>& args) {
       if (!r.status.ok()) row.error = r.status.message();
       AttentionParams p = prob.params();
       if (!st.caps.lse) p.lse = nullptr;
-      if (st.describe) row.config = st.describe(p);
+      row.config = fa::describe_config(st, p);
       if (r.status.ok()) {
         Timing t = time_on_stream(
             [&](cudaStream_t stream) {

@@ -26,18 +26,17 @@ struct Capabilities {
 /// @brief Signature of every step's forward function. Runs asynchronously on `stream`.
 using ForwardFn = Status (*)(const AttentionParams& params, cudaStream_t stream);
 
-/// @brief Signature of an optional hook that describes the kernel configuration a step would use
-/// (or last used) for `params`, e.g. "BLOCK_M=128 BLOCK_N=64 warps=4". May return "".
-using DescribeFn = std::string (*)(const AttentionParams& params);
-
 /// @brief One registered step.
 struct StepInfo {
-  int number = -1;                ///< the NN of steps/NN_name
-  std::string name;               ///< the folder name without the number, e.g. "naive"
-  std::string lesson;             ///< one line: what this step teaches
-  Capabilities caps;              ///< what it supports
-  ForwardFn forward = nullptr;    ///< the step's forward function
-  DescribeFn describe = nullptr;  ///< optional configuration description
+  int number = -1;              ///< the NN of steps/NN_name
+  std::string name;             ///< the folder name without the number, e.g. "naive"
+  int base = -1;                ///< the step it grew from (scripts/diff_steps.sh NN diffs against it); -1 for none
+  std::string lesson;           ///< one line: what this step teaches
+  Capabilities caps;            ///< what it supports
+  ForwardFn forward = nullptr;  ///< the step's forward function
+  /// Its one kernel configuration, e.g. "BLOCK_M=64 BLOCK_N=64 warps=4"; empty for a tuned step,
+  /// whose configuration depends on the problem (see describe_config).
+  std::string config;
 };
 
 /// @brief All registered steps, sorted by number.
@@ -53,11 +52,22 @@ std::string unknown_step_message(int number);
 /// @brief Runs `forward` of step `number`; an unknown step gives an error `Status`.
 Status run_step(int number, const AttentionParams& params, cudaStream_t stream);
 
-/// @brief Registers a step at static-initialisation time. Each step's attention.cu defines one.
+/// @brief The kernel configuration step `info` uses (or would use) for `params`: its fixed
+/// config, or for a tuned step the tuner's current choice and how it was made.
+std::string describe_config(const StepInfo& info, const AttentionParams& params);
+
+/// @brief Registers a step at static-initialisation time (see FA_REGISTER_STEP).
 struct StepRegistrar {
   /// @brief Adds `info` to the registry.
   explicit StepRegistrar(StepInfo info);
 };
+
+/// @brief The one registration declaration of a step's attention.cu:
+/// `FA_REGISTER_STEP({number, "name", base, "one-line lesson", caps, &forward, "config"});`
+#define FA_REGISTER_STEP(...)                                               \
+  namespace {                                                               \
+  const ::fa::StepRegistrar fa_step_registrar_{::fa::StepInfo __VA_ARGS__}; \
+  }
 
 /// @brief Checks `params` against `caps` and the rules every step shares (non-null pointers,
 /// positive sizes, divisible head groups, unit dim stride, 16-byte aligned rows).

@@ -11,10 +11,9 @@
 
 #include <cmath>
 
-#include "common/cuda_check.h"
-#include "common/mask.h"
+#include "library/cuda_status.h"
+#include "device/mask.h"
 #include "fa/registry.h"
-#include "fa/steps.h"
 
 namespace fa::step00 {
 namespace {
@@ -143,9 +142,6 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return Status::Ok();
 }
 
-namespace {
-const StepRegistrar registrar({0, "naive", "S = QKᵀ in global memory, row softmax, O = PV: the O(N²) baseline", kCaps,
-                               &forward, nullptr});
-}  // namespace
+FA_REGISTER_STEP({0, "naive", /*base=*/-1, "S = QKᵀ in global memory, row softmax, O = PV: the O(N²) baseline", kCaps, &forward, ""})
 
 }  // namespace fa::step00

@@ -6,7 +6,7 @@
 // · v_j (fp32). When a new key raises the max, the old l_i and o_i are multiplied by
 // alpha = exp(m_old - m_new) so every term is measured against the same max again; at the end
 // O = o_i / l_i. docs/online_softmax.md derives why that equals softmax(S)·V exactly.
-// Mapping: a quad of 4 lanes per query row (common/row_slice.h), BLOCK_M = 64 rows per block.
+// Mapping: a quad of 4 lanes per query row (device/row_slice.h), BLOCK_M = 64 rows per block.
 //
 // What it costs: memory is now O(N) (the inputs and outputs only), but every quad reads every K
 // and V row of its head from global memory by itself, one key per iteration, and pays two exp()
@@ -17,13 +17,12 @@
 
 #include <cmath>
 
-#include "common/cuda_check.h"
-#include "common/launch.h"
-#include "common/mask.h"
-#include "common/online_softmax.h"
-#include "common/row_slice.h"
+#include "library/cuda_status.h"
+#include "library/launch_limits.h"
+#include "device/mask.h"
+#include "device/online_softmax.h"
+#include "device/row_slice.h"
 #include "fa/registry.h"
-#include "fa/steps.h"
 
 namespace fa::step01 {
 namespace {
@@ -121,11 +120,7 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return Status::Ok();
 }
 
-namespace {
-const StepRegistrar registrar({1, "online_softmax",
-                               "one fused kernel: each query row streams over the keys with a running max, sum "
-                               "and output; no N² buffer",
-                               kCaps, &forward, nullptr});
-}  // namespace
+FA_REGISTER_STEP({1, "online_softmax", /*base=*/0, "one fused kernel: each query row streams over the keys with a running max, sum "
+                               "and output; no N² buffer", kCaps, &forward, ""})
 
 }  // namespace fa::step01

@@ -18,13 +18,12 @@
 
 #include <cmath>
 
-#include "common/cuda_check.h"
-#include "common/launch.h"
-#include "common/mask.h"
-#include "common/online_softmax.h"
-#include "common/row_slice.h"
+#include "library/cuda_status.h"
+#include "library/launch_limits.h"
+#include "device/mask.h"
+#include "device/online_softmax.h"
+#include "device/row_slice.h"
 #include "fa/registry.h"
-#include "fa/steps.h"
 
 namespace fa::step02 {
 namespace {
@@ -220,11 +219,7 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return Status::Ok();
 }
 
-namespace {
-const StepRegistrar registrar({2, "tiled_fa1",
-                               "FlashAttention-1: K/V tiles in shared memory, KV loop outside and Q loop inside, "
-                               "O/m/l in global memory",
-                               kCaps, &forward, nullptr});
-}  // namespace
+FA_REGISTER_STEP({2, "tiled_fa1", /*base=*/1, "FlashAttention-1: K/V tiles in shared memory, KV loop outside and Q loop inside, "
+                               "O/m/l in global memory", kCaps, &forward, ""})
 
 }  // namespace fa::step02

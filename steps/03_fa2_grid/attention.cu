@@ -23,13 +23,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/cuda_check.h"
-#include "common/launch.h"
-#include "common/mask.h"
-#include "common/online_softmax.h"
-#include "common/row_slice.h"
+#include "library/cuda_status.h"
+#include "library/launch_limits.h"
+#include "device/mask.h"
+#include "device/online_softmax.h"
+#include "device/row_slice.h"
 #include "fa/registry.h"
-#include "fa/steps.h"
 
 namespace fa::step03 {
 namespace {
@@ -165,11 +164,7 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return Status::Ok();
 }
 
-namespace {
-const StepRegistrar registrar({3, "fa2_grid",
-                               "FlashAttention-2: grid over (Q tiles, batch·heads), KV loop inside, state in "
-                               "registers, one deferred divide",
-                               kCaps, &forward, nullptr});
-}  // namespace
+FA_REGISTER_STEP({3, "fa2_grid", /*base=*/2, "FlashAttention-2: grid over (Q tiles, batch·heads), KV loop inside, state in "
+                               "registers, one deferred divide", kCaps, &forward, ""})
 
 }  // namespace fa::step03

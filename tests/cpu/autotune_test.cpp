@@ -1,4 +1,4 @@
-// The tuner's cache logic (common/autotune.h) and the LSE merge (common/lse_merge.h), on the CPU.
+// The tuner's cache logic (library/autotune.h) and the LSE merge (device/lse_merge.h), on the CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,8 +11,8 @@
 #include <vector>
 #include <string>
 
-#include "common/autotune.h"
-#include "common/lse_merge.h"
+#include "library/autotune.h"
+#include "device/lse_merge.h"
 
 namespace fa {
 namespace {

@@ -6,12 +6,12 @@
 #include <limits>
 #include <vector>
 
-#include "common/cli.h"
-#include "common/compare.h"
-#include "common/flops.h"
-#include "common/mask.h"
-#include "common/random.h"
-#include "common/timer.h"
+#include "harness/cli.h"
+#include "harness/compare.h"
+#include "harness/flops.h"
+#include "device/mask.h"
+#include "harness/random.h"
+#include "harness/timer.h"
 #include "fa/registry.h"
 
 namespace fa {

@@ -1,7 +1,7 @@
 // The online-softmax recurrence of steps 01-03 on the CPU, built from the same helpers the
-// kernels call (common/online_softmax.h), against the two-pass softmax in fp64; the worked
-// example of docs/online_softmax.md; the row-slice index map of common/row_slice.h; the grid
-// limits of common/launch.h.
+// kernels call (device/online_softmax.h), against the two-pass softmax in fp64; the worked
+// example of docs/online_softmax.md; the row-slice index map of device/row_slice.h; the grid
+// limits of library/launch_limits.h.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,9 +10,9 @@
 #include <set>
 #include <vector>
 
-#include "common/launch.h"
-#include "common/online_softmax.h"
-#include "common/row_slice.h"
+#include "library/launch_limits.h"
+#include "device/online_softmax.h"
+#include "device/row_slice.h"
 
 namespace fa {
 namespace {

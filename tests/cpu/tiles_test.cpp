@@ -1,13 +1,15 @@
-// The tile bookkeeping of the tensor-core steps (common/tiles.h) and the swizzle of
-// common/ptx/swizzle.h, checked against brute force on the CPU.
+// The tile bookkeeping of the tensor-core steps (device/tiles.h) and the swizzle of
+// device/ptx/swizzle.h, checked against brute force on the CPU.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <vector>
 
-#include "common/mask.h"
-#include "common/ptx/swizzle.h"
-#include "common/tiles.h"
+#include "device/mask.h"
+#include "fa/params.h"
+#include "library/launch_limits.h"
+#include "device/ptx/swizzle.h"
+#include "device/tiles.h"
 
 namespace fa {
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/check.h"
-#include "common/cuda_check.h"
+#include "harness/check.h"
+#include "harness/cuda_check.h"
 #include "tests/gpu/step_suite.h"
 
 namespace fa::testing {

@@ -4,9 +4,9 @@
 
 #include <sstream>
 
-#include "common/check.h"
-#include "common/gpu.h"
-#include "common/random.h"
+#include "harness/check.h"
+#include "harness/gpu.h"
+#include "harness/random.h"
 #include "tests/gpu/step_suite.h"
 
 namespace fa {

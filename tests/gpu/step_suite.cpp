@@ -7,9 +7,9 @@
 #include <sstream>
 #include <vector>
 
-#include "common/check.h"
-#include "common/cuda_check.h"
-#include "common/random.h"
+#include "harness/check.h"
+#include "harness/cuda_check.h"
+#include "harness/random.h"
 #include "reference/cpu_reference.h"
 
 namespace fa::testing {

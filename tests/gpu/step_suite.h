@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "common/gpu.h"
-#include "common/problem.h"
+#include "harness/gpu.h"
+#include "harness/problem.h"
 #include "fa/registry.h"
 
 namespace fa::testing {

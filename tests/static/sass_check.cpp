@@ -1,11 +1,13 @@
 // Static checks of compiled kernels, read from the object file with cuobjdump (no GPU needed).
-//   fa_sass_check --object=<file.o> --cuobjdump=<path> [--require=HMMA ...] [--kernel=<regex>]
-//                 [--min-count=HMMA:64 ...]
+//   fa_sass_check --object=<file.o> --cuobjdump=<path> [--require=HMMA ...] [--forbid=LDGSTS ...]
+//                 [--kernel=<regex>] [--min-count=HMMA:64 ...]
 // Tests: the object holds kernels; no kernel uses local memory (no spills, no stack arrays:
 // LDL/STL in SASS, LOCAL/STACK in the resource report); every --require'd instruction appears in
 // the kernels matching --kernel, for every architecture in the object; every --min-count'ed
 // instruction appears at least that many times in EACH kernel matching --kernel (e.g. a kernel
-// that does both Q·Kᵀ and P·V on tensor cores has at least twice the HMMAs of one of them).
+// that does both Q·Kᵀ and P·V on tensor cores has at least twice the HMMAs of one of them); no
+// instruction named by --forbid appears in a kernel matching --kernel (a step that has not
+// taught cp.async yet must not use it: the lesson that adds it is then the diff that adds it).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -22,6 +24,7 @@ struct Options {
   std::vector<std::string> objects;
   std::string cuobjdump = "cuobjdump";
   std::vector<std::string> require;
+  std::vector<std::string> forbid;
   std::vector<std::pair<std::string, int>> min_count;
   std::string kernel = ".*";
 } g_opt;
@@ -149,6 +152,25 @@ TEST(Sass, RequiredInstructions) {
   }
 }
 
+TEST(Sass, ForbiddenInstructions) {
+  if (g_opt.forbid.empty()) {
+    std::cout << "  (no forbidden instructions for this step)\n";
+    return;
+  }
+  std::regex kernel_re(g_opt.kernel);
+  int matched = 0;
+  for (const auto& k : all_kernels()) {
+    if (!std::regex_search(k.name, kernel_re)) continue;
+    ++matched;
+    for (const auto& ins : g_opt.forbid) {
+      const int got = count_instruction(k.sass, ins);
+      EXPECT_EQ(got, 0) << k.arch << " " << k.name << " has " << got << " " << ins
+                        << ", which this step must not use yet";
+    }
+  }
+  EXPECT_GT(matched, 0) << "no kernel matches --kernel=" << g_opt.kernel;
+}
+
 TEST(Sass, MinimumInstructionCounts) {
   if (g_opt.min_count.empty()) {
     std::cout << "  (no instruction counts required for this step)\n";
@@ -181,6 +203,8 @@ int main(int argc, char** argv) {
       g_opt.cuobjdump = val("--cuobjdump=");
     else if (a.rfind("--require=", 0) == 0)
       g_opt.require.push_back(val("--require="));
+    else if (a.rfind("--forbid=", 0) == 0)
+      g_opt.forbid.push_back(val("--forbid="));
     else if (a.rfind("--kernel=", 0) == 0)
       g_opt.kernel = val("--kernel=");
     else if (a.rfind("--min-count=", 0) == 0) {

@@ -1,0 +1,60 @@
+// Index logic shared by the kernels, the references and the FLOP counter. Everything here is
+// __host__ __device__ so the CPU tests check exactly the code the kernels run.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define FA_HD __host__ __device__ __forceinline__
+#else
+#define FA_HD inline
+#endif
+
+namespace fa {
+
+// Ceiling division for positive sizes.
+FA_HD int64_t cdiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Causal visibility: query row i sees key column j when j <= i + offset, where offset is 0 for
+// top-left alignment and N_kv - N_q for bottom-right (AttentionParams::causal_offset()).
+FA_HD bool causal_visible(int64_t i, int64_t j, int64_t offset) {
+  return j <= i + offset;
+}
+
+// Number of keys query row i can see: all N_kv without the mask; with it, the prefix
+// [0, i + offset], clamped to [0, N_kv]. Zero means a fully masked row (O = 0, LSE = -inf).
+FA_HD int64_t visible_keys(int64_t i, int64_t n_kv, bool causal, int64_t offset) {
+  if (!causal) return n_kv;
+  int64_t n = i + offset + 1;
+  return n < 0 ? 0 : (n > n_kv ? n_kv : n);
+}
+
+// Masks as policies: a callable mask(row, col) that is true when query row `row` may see key
+// `col`. The warp-tile operation apply_mask (device/warp_tile.h) sets every hidden score to -inf
+// before the row max, so the max and the sum run over visible keys only. A new mask (a sliding
+// window, a document boundary) is one more policy here; the kernels do not change.
+
+// Keys past N_kv do not exist: a ragged last K/V tile.
+struct KeyBound {
+  int64_t n_kv;
+  FA_HD bool operator()(int64_t /*row*/, int64_t col) const { return col < n_kv; }
+};
+
+// Keys past N_kv, and with `causal` the keys after the diagonal (j > i + offset).
+struct CausalMask {
+  int64_t n_kv;
+  bool causal;
+  int64_t offset;
+  FA_HD bool operator()(int64_t row, int64_t col) const {
+    return col < n_kv && (!causal || causal_visible(row, col, offset));
+  }
+};
+
+// Key/value head read by query head h under grouped-query attention.
+FA_HD int64_t kv_head_of(int64_t h, int64_t heads_q, int64_t heads_kv) {
+  return h / (heads_q / heads_kv);
+}
+
+}  // namespace fa

@@ -1,0 +1,140 @@
+// Shared-memory tiles of the tensor-core steps: how a (ROWS, COLS) bf16 tile is laid out in shared
+// memory, and how a block fills one from global memory.
+//
+// A layout answers two questions for the warp-tile operations (device/warp_tile.h):
+//   offset(row, col)            element offset of (row, col) from the tile's start
+//   move(lane_bytes, rb, cb)    byte offset of a lane's ldmatrix row address in the 16×16 block
+//                               (rb, cb), given its byte offset `lane_bytes` in block (0, 0)
+// `move` is a compile-time step for constant rb and cb, so a kernel computes each lane's address
+// once, before its loop, and every ldmatrix inside the loop addresses with an immediate offset.
+//
+// Two layouts, both free of bank conflicts for ldmatrix (8 lanes read 8 rows × 16 bytes at the
+// same logical columns; those 8 rows must fall on 8 different 16-byte bank groups):
+//
+//   PaddedLayout<COLS>    rows of COLS + 8 elements: row r starts 16·r bytes further round the
+//                         128-byte bank cycle. Simple arithmetic; costs 16 bytes per row. Step 04.
+//   SwizzledLayout<COLS>  rows of exactly COLS elements, logical 16-byte chunk c of row r stored at
+//                         chunk c ^ (r % 8) (device/ptx/swizzle.h). No padding, so a deeper ring of
+//                         tiles fits; moving right is an XOR. Step 08.
+//
+// And two ways to fill a tile, both zero-filling rows at and past `valid_rows` (a ragged last
+// tile holds zeros: never stale data, never the NaN that 0 × NaN would spread through P·V):
+//
+//   load_tile        16-byte loads into registers, then 16-byte shared stores. The block must
+//                    wait for them (a __syncthreads) before anyone reads the tile. Step 04.
+//   load_tile_async  cp.async: the copy runs in the background while the block computes; the
+//                    caller commits and waits on groups (device/ptx/cp_async.h). Step 08.
+#pragma once
+
+#include <cstdint>
+
+#include "device/mask.h"  // FA_HD
+#include "device/ptx/cp_async.h"
+#include "device/ptx/swizzle.h"
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#endif
+
+namespace fa::tile {
+
+/// Rows padded by 16 bytes: row stride COLS + 8 elements.
+template <int COLS>
+struct PaddedLayout {
+  static_assert(COLS % 16 == 0, "tile rows are whole 16×16 blocks");
+  static constexpr int kCols = COLS;
+  static constexpr int kRowElems = COLS + 8;  // the 8 extra bf16 = 16 bytes shift each row's banks
+  FA_HD static constexpr int offset(int row, int col) { return row * kRowElems + col; }
+  FA_HD static constexpr unsigned move(unsigned lane_bytes, int rb, int cb) {
+    return lane_bytes + unsigned(rb * 16 * kRowElems * 2 + cb * 32);
+  }
+  /// Bytes of a tile of `rows` rows.
+  FA_HD static constexpr int bytes(int rows) { return rows * kRowElems * 2; }
+};
+
+/// Unpadded rows with the XOR swizzle of device/ptx/swizzle.h.
+template <int COLS>
+struct SwizzledLayout {
+  static_assert(COLS % 64 == 0, "the swizzle needs rows of at least 8 chunks of 16 bytes");
+  static constexpr int kCols = COLS;
+  static constexpr int kRowElems = COLS;
+  FA_HD static int offset(int row, int col) { return ptx::swizzled_offset(row, col, COLS); }
+  // 16 rows down keeps r % 8 and so the swizzle: a plain add. 16 columns right is 2 chunks; for a
+  // lane whose own chunk is 0 or 1 that is an XOR (ptx::swizzle_move_right).
+  FA_HD static constexpr unsigned move(unsigned lane_bytes, int rb, int cb) {
+    return ptx::swizzle_move_right(lane_bytes, cb * 16) + unsigned(rb * 16 * COLS * 2);
+  }
+  FA_HD static constexpr int bytes(int rows) { return rows * COLS * 2; }
+};
+
+#if defined(__CUDACC__)
+
+using bf16 = __nv_bfloat16;
+
+/// A (ROWS, Layout::kCols) bf16 tile in shared memory: a pointer to its element (0, 0) and the
+/// layout the warp-tile operations address it with.
+template <int ROWS, typename Layout>
+struct SmemTile {
+  static constexpr int kRows = ROWS;
+  using layout = Layout;
+  bf16* ptr;
+  __device__ __forceinline__ uint32_t addr() const { return static_cast<uint32_t>(__cvta_generic_to_shared(ptr)); }
+};
+
+/// The tile `index` tiles of this shape after `t` (ring buffers, K and V side by side).
+template <int ROWS, typename Layout>
+__device__ __forceinline__ SmemTile<ROWS, Layout> next_tile(SmemTile<ROWS, Layout> t, int index) {
+  return {t.ptr + index * ROWS * Layout::kRowElems};
+}
+
+// Each thread copies 16-byte chunks; all NUM_THREADS threads together copy ROWS_PER_PASS rows per
+// pass. As ROWS_PER_PASS is a multiple of 8, a thread's chunk has the same swizzle in every pass
+// and its shared offset steps by a constant.
+template <int ROWS, int COLS, int NUM_THREADS>
+struct CopyPlan {
+  static constexpr int kChunks = COLS / 8;  // 16-byte chunks per row
+  static constexpr int kRowsPerPass = NUM_THREADS / kChunks;
+  static constexpr int kPasses = ROWS / kRowsPerPass;
+  static_assert(ROWS % kRowsPerPass == 0 && kRowsPerPass % 8 == 0, "the tile must split evenly over the threads");
+};
+
+/// Fills `tile` with rows [0, ROWS) of a bf16 matrix at `src` (rows `stride` elements apart),
+/// through registers: 16-byte global loads, then 16-byte shared stores. Rows >= valid_rows are
+/// written as zeros and not read. The caller synchronises the block before the tile is read.
+template <int NUM_THREADS, int ROWS, typename Layout>
+__device__ __forceinline__ void load_tile(SmemTile<ROWS, Layout> tile, const bf16* src, int64_t stride,
+                                          int valid_rows) {
+  using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
+  const int row0 = int(threadIdx.x) / Plan::kChunks, col = (int(threadIdx.x) % Plan::kChunks) * 8;
+  bf16* dst0 = tile.ptr + Layout::offset(row0, col);
+  uint4 chunk[Plan::kPasses];  // all loads first, then all stores: the loads overlap each other
+#pragma unroll
+  for (int pass = 0; pass < Plan::kPasses; ++pass) {
+    const int row = row0 + pass * Plan::kRowsPerPass;
+    chunk[pass] = row < valid_rows ? *reinterpret_cast<const uint4*>(src + row * stride + col) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int pass = 0; pass < Plan::kPasses; ++pass)
+    *reinterpret_cast<uint4*>(dst0 + pass * Plan::kRowsPerPass * Layout::kRowElems) = chunk[pass];
+}
+
+/// The same copy with cp.async: nothing passes through registers and the call returns at once.
+/// The copies join the thread's current cp.async group (close it with ptx::cp_async_commit).
+template <int NUM_THREADS, int ROWS, typename Layout>
+__device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, const bf16* src, int64_t stride,
+                                                int valid_rows) {
+  using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
+  const int row0 = int(threadIdx.x) / Plan::kChunks, col = (int(threadIdx.x) % Plan::kChunks) * 8;
+  const uint32_t smem0 = tile.addr() + 2 * Layout::offset(row0, col);
+#pragma unroll
+  for (int pass = 0; pass < Plan::kPasses; ++pass) {
+    const int row = row0 + pass * Plan::kRowsPerPass;
+    const bool valid = row < valid_rows;
+    const bf16* g = src + (valid ? row * stride + col : 0);
+    ptx::cp_async_16(smem0 + pass * Plan::kRowsPerPass * Layout::kRowElems * 2, g, valid);
+  }
+}
+
+#endif  // __CUDACC__
+
+}  // namespace fa::tile

@@ -1,0 +1,57 @@
+// Which K/V tiles a Q tile visits, and which of them need the per-element mask. Used by the
+// tensor-core steps (04 on) and unit-tested on the CPU against a brute-force mask.
+//
+// A Q tile covers query rows [m_start, m_start + block_m); KV tile n covers keys
+// [n·block_n, (n+1)·block_n). With the causal mask, key j is visible to row i when
+// j <= i + offset (device/mask.h). Picture for block_m = block_n, offset 0 (· visible, x masked):
+//
+//              KV tile 0   KV tile 1   KV tile 2
+//   Q tile 0   [·x x x]    skipped     skipped        tile 0 straddles the diagonal: masked
+//              [· ·x x]
+//   Q tile 1   [· · · ·]   [·x x x]    skipped        tile 0 fully visible: no mask at all
+//              [· · · ·]   [· ·x x]
+//
+// kv_tile_end: the first tile no row of the Q tile can see (the loop stops there).
+// kv_tile_first_masked: the first tile that some row sees only partly (the diagonal, or keys
+// past N_kv in a ragged last tile). Tiles before it run without any mask code.
+#pragma once
+
+#include <cstdint>
+
+#include "device/mask.h"
+
+namespace fa {
+
+/// Number of KV tiles the Q tile starting at `m_start` visits: tiles [0, end). Zero when no row
+/// of the tile sees any key (bottom-right alignment with N_q > N_kv): the tile just writes zeros.
+FA_HD int kv_tile_end(int64_t m_start, int block_m, int block_n, int64_t n_kv, bool causal, int64_t offset) {
+  int64_t keys = n_kv;
+  if (causal) {
+    const int64_t last_row_keys = m_start + block_m + offset;  // keys seen by row m_start + block_m - 1
+    keys = last_row_keys < 0 ? 0 : (last_row_keys < n_kv ? last_row_keys : n_kv);
+  }
+  return int((keys + block_n - 1) / block_n);
+}
+
+/// First KV tile that needs per-element masking; tiles [0, first) are fully visible to every row.
+FA_HD int kv_tile_first_masked(int64_t m_start, int block_m, int block_n, int64_t n_kv, bool causal, int64_t offset) {
+  int64_t first = n_kv / block_n;  // a ragged last tile has keys past N_kv
+  if (causal) {
+    const int64_t first_row_keys = m_start + offset + 1;  // keys seen by the tile's first row
+    const int64_t full = first_row_keys <= 0 ? 0 : first_row_keys / block_n;
+    first = full < first ? full : first;
+  }
+  const int end = kv_tile_end(m_start, block_m, block_n, n_kv, causal, offset);
+  return int(first < end ? first : end);
+}
+
+/// True when KV tile `n_block` straddles the causal diagonal of the Q tile at `m_start`: some of
+/// its (row, key) pairs are visible and some are masked.
+FA_HD bool is_diagonal_tile(int64_t m_start, int block_m, int n_block, int block_n, int64_t offset) {
+  const int64_t n_start = int64_t(n_block) * block_n;
+  const bool some_visible = n_start <= m_start + block_m - 1 + offset;  // first key, last row
+  const bool some_masked = n_start + block_n - 1 > m_start + offset;    // last key, first row
+  return some_visible && some_masked;
+}
+
+}  // namespace fa

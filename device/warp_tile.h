@@ -1,0 +1,290 @@
+// The warp-tile vocabulary: the tiles one warp holds in registers, and the named operations of
+// FlashAttention on them, so that a tensor-core kernel's KV loop reads like the algorithm:
+//
+//   s = mma_qk(q, k_tile);                            S = Q·Kᵀ             (16, BLOCK_N) fp32
+//   apply_mask(s, row0, col0, mask);                  masked scores = -inf
+//   m_new = row_max(s, m_i);                          running row max
+//   p = exp2_rows(s, scale_log2, m_scaled);           P = 2^(c·s − c·m)
+//   rescale(o_i, alpha);                              O ← α·O
+//   mma_pv(o_i, to_bf16(p), v_tile);                  O += P·V             (16, HEAD_DIM) fp32
+//
+// Every operation is a loop over mma fragments, fully unrolled: it compiles to exactly the
+// instructions the hand-written fragment code would (the steps' SASS checks count them), and it
+// is tested on the GPU against a CPU model of the fragment layout (steps/04_fp32_state/tests).
+//
+// One warp owns 16 query rows. With g = lane / 4 and t = lane % 4 (device/ptx/mma.h), a lane
+// holds, of every 16-row tile, the elements of rows g and g + 8: those are the two entries of a
+// `Rows`. Element e (0..3) of 8-column fragment f of an `Acc` is row g + 8·(e / 2), column
+// 8·f + 2t + e % 2 (ptx::mma_c_row / mma_c_col). A row's 16·f columns are spread over the 4 lanes
+// of its quad, so a full-row reduction (row_max, quad_sum) ends with two shuffles.
+#pragma once
+
+#include <cstdint>
+
+#include "device/mask.h"  // FA_HD
+#include "device/ptx/ldmatrix.h"
+#include "device/ptx/mma.h"
+#include "device/smem_tile.h"
+
+namespace fa::tile {
+
+/// The two rows of a 16-row tile that one lane holds: index 0 is row g = lane / 4, index 1 is
+/// row g + 8. m_i, l_i, alpha and 1/l of the softmax are `Rows`.
+struct Rows {
+  float r[2];
+};
+FA_HD Rows rows(float x) {
+  return {{x, x}};
+}
+FA_HD Rows operator+(Rows a, Rows b) {
+  return {{a.r[0] + b.r[0], a.r[1] + b.r[1]}};
+}
+FA_HD Rows operator*(Rows a, Rows b) {
+  return {{a.r[0] * b.r[0], a.r[1] * b.r[1]}};
+}
+FA_HD Rows operator*(Rows a, float c) {
+  return {{a.r[0] * c, a.r[1] * c}};
+}
+
+/// Row (0..15) of entry `r` of a lane's Rows.
+FA_HD int rows_row(int lane, int r) {
+  return lane / 4 + 8 * r;
+}
+
+/// A (16, COLS) fp32 tile of one warp as COLS / 8 mma accumulator fragments: S, P and O.
+template <int COLS>
+struct Acc {
+  static_assert(COLS % 16 == 0, "whole 16-column blocks");
+  static constexpr int kFrags = COLS / 8;
+  float c[COLS / 8][4];
+};
+
+/// A (16, K) bf16 tile of one warp as K / 16 mma A-operand fragments: Q, and P for P·V.
+template <int K>
+struct FragA {
+  static_assert(K % 16 == 0, "whole 16-column blocks");
+  static constexpr int kFrags = K / 16;
+  uint32_t a[K / 16][4];
+};
+
+#if defined(__CUDACC__)
+
+__device__ __forceinline__ int lane_id() {
+  return int(threadIdx.x) % 32;
+}
+
+/// An accumulator tile of zeros.
+template <int COLS>
+__device__ __forceinline__ Acc<COLS> zeros() {
+  Acc<COLS> t;
+#pragma unroll
+  for (int f = 0; f < COLS / 8; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) t.c[f][e] = 0.0f;
+  return t;
+}
+
+/// Rows [row0, row0 + 16) of a shared tile as A fragments (ldmatrix x4 per 16 columns): Q.
+template <int K, int ROWS, typename Layout>
+__device__ __forceinline__ FragA<K> load_a(SmemTile<ROWS, Layout> tile, int row0) {
+  static_assert(Layout::kCols == K, "the tile's width is the operand's K");
+  const int lane = lane_id();
+  const unsigned lane_bytes = 2 * Layout::offset(row0 + ptx::ldsm_a_row(lane), ptx::ldsm_a_colblock(lane) * 8);
+  FragA<K> q;
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) ptx::ldmatrix_x4(q.a[kk], tile.addr() + Layout::move(lane_bytes, 0, kk));
+  return q;
+}
+
+/// S = Q·Kᵀ: (16, D) Q fragments times the (N, D) key tile, transposed: a (16, N) fp32 tile.
+/// Per 16 dims, the B fragments of all N keys are loaded (ldmatrix, no .trans: K's rows are
+/// already the "col" operand) before the 2·N/16 mmas that use them.
+template <int D, int N, typename Layout>
+__device__ __forceinline__ Acc<N> mma_qk(const FragA<D>& q, SmemTile<N, Layout> k_tile) {
+  static_assert(Layout::kCols == D, "keys are rows of D elements");
+  const int lane = lane_id();
+  const unsigned lane_bytes = 2 * Layout::offset(ptx::ldsm_k_row(lane), ptx::ldsm_k_colblock(lane) * 8);
+  Acc<N> s = zeros<N>();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t k_frag[N / 16][4];  // B fragments of key blocks 2nn and 2nn+1 (16 keys × 16 dims)
+#pragma unroll
+    for (int nn = 0; nn < N / 16; ++nn) ptx::ldmatrix_x4(k_frag[nn], k_tile.addr() + Layout::move(lane_bytes, nn, kk));
+#pragma unroll
+    for (int nn = 0; nn < N / 16; ++nn) {
+      ptx::mma_bf16_16816(s.c[2 * nn], q.a[kk], k_frag[nn][0], k_frag[nn][1]);
+      ptx::mma_bf16_16816(s.c[2 * nn + 1], q.a[kk], k_frag[nn][2], k_frag[nn][3]);
+    }
+  }
+  return s;
+}
+
+/// O += P·V: (16, N) bf16 P fragments times the (N, D) value tile: accumulates into a (16, D)
+/// fp32 tile. V is read with ldmatrix.trans (P·V needs it dim-major; it is stored key-major).
+template <int D, int N, typename Layout>
+__device__ __forceinline__ void mma_pv(Acc<D>& o, const FragA<N>& p, SmemTile<N, Layout> v_tile) {
+  static_assert(Layout::kCols == D, "values are rows of D elements");
+  const int lane = lane_id();
+  const unsigned lane_bytes = 2 * Layout::offset(ptx::ldsm_v_row(lane), ptx::ldsm_v_colblock(lane) * 8);
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) {
+#pragma unroll
+    for (int dd = 0; dd < D / 16; ++dd) {
+      uint32_t v_frag[4];  // B fragments of dim blocks 2dd and 2dd+1 (16 keys × 16 dims), transposed
+      ptx::ldmatrix_x4_trans(v_frag, v_tile.addr() + Layout::move(lane_bytes, kk, dd));
+      ptx::mma_bf16_16816(o.c[2 * dd], p.a[kk], v_frag[0], v_frag[1]);
+      ptx::mma_bf16_16816(o.c[2 * dd + 1], p.a[kk], v_frag[2], v_frag[3]);
+    }
+  }
+}
+
+/// An fp32 accumulator tile rounded to bf16 A fragments, in registers: two adjacent 16×8
+/// accumulator fragments hold exactly one 16×16 A fragment's elements (device/ptx/mma.h).
+template <int N>
+__device__ __forceinline__ FragA<N> to_bf16(const Acc<N>& p) {
+  FragA<N> a;
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) ptx::accumulators_to_a(a.a[kk], p.c[2 * kk], p.c[2 * kk + 1]);
+  return a;
+}
+
+/// Sets every score whose (row, col) the mask hides to -inf. `row0` is the global query row of
+/// the tile's row 0, `col0` the global key of its column 0; mask(row, col) is true when visible.
+template <int N, typename Mask>
+__device__ __forceinline__ void apply_mask(Acc<N>& s, int row0, int col0, const Mask& mask) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int f = 0; f < N / 8; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (!mask(row0 + ptx::mma_c_row(lane, e), col0 + f * 8 + ptx::mma_c_col(lane, e))) s.c[f][e] = -INFINITY;
+}
+
+/// Sum of the four lanes of each quad: a row's total from the lanes' partial values.
+__device__ __forceinline__ Rows quad_sum(Rows x) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    x.r[r] += __shfl_xor_sync(0xffffffffu, x.r[r], 1);
+    x.r[r] += __shfl_xor_sync(0xffffffffu, x.r[r], 2);
+  }
+  return x;
+}
+
+/// max(m, the largest score of each row of s), over the whole row (all four lanes of the quad).
+template <int N>
+__device__ __forceinline__ Rows row_max(const Acc<N>& s, Rows m) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int f = 0; f < N / 8; ++f) m.r[r] = fmaxf(m.r[r], fmaxf(s.c[f][2 * r], s.c[f][2 * r + 1]));
+    m.r[r] = fmaxf(m.r[r], __shfl_xor_sync(0xffffffffu, m.r[r], 1));
+    m.r[r] = fmaxf(m.r[r], __shfl_xor_sync(0xffffffffu, m.r[r], 2));
+  }
+  return m;
+}
+
+/// This lane's part of each row's sum of p (its N/4 columns); quad_sum completes it. The
+/// softmax keeps l_i as these partial sums and completes them once, after the KV loop.
+template <int N>
+__device__ __forceinline__ Rows row_sum(const Acc<N>& p) {
+  Rows l;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l.r[r] = p.c[0][2 * r] + p.c[0][2 * r + 1];
+#pragma unroll
+    for (int f = 1; f < N / 8; ++f) l.r[r] += p.c[f][2 * r] + p.c[f][2 * r + 1];
+  }
+  return l;
+}
+
+/// The exp2 offset of a row whose running max is m: c·m, or 0 while m is still -inf (every key
+/// seen so far masked), so that -inf − (−inf) never makes a NaN.
+__device__ __forceinline__ Rows exp2_offset(Rows m, float scale_log2) {
+  Rows o;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) o.r[r] = m.r[r] == -INFINITY ? 0.0f : m.r[r] * scale_log2;
+  return o;
+}
+
+/// alpha = 2^(c·m_old − offset): what the running sum and output are multiplied by when the row
+/// max moves from m_old to the max whose exp2_offset is `offset`. 0 on the first tile (m_old = -inf).
+__device__ __forceinline__ Rows rescale_factor(Rows m_old, float scale_log2, Rows offset) {
+  Rows a;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) a.r[r] = ptx::exp2_approx(m_old.r[r] * scale_log2 - offset.r[r]);
+  return a;
+}
+
+/// P = 2^(c·s − offset) per element (one FFMA and one MUFU.EX2 each), offset per row.
+template <int N>
+__device__ __forceinline__ Acc<N> exp2_rows(const Acc<N>& s, float scale_log2, Rows offset) {
+  Acc<N> p;
+#pragma unroll
+  for (int f = 0; f < N / 8; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p.c[f][e] = ptx::exp2_approx(s.c[f][e] * scale_log2 - offset.r[e / 2]);
+  return p;
+}
+
+/// Multiplies each row of o by its factor.
+template <int D>
+__device__ __forceinline__ void rescale(Acc<D>& o, Rows alpha) {
+#pragma unroll
+  for (int f = 0; f < D / 8; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o.c[f][e] *= alpha.r[e / 2];
+}
+
+/// The natural-log LSE of each row from the final softmax state: ln Σ_j e^(scale·s_ij) =
+/// scale·m + ln(l), with scale = ln(2)·scale_log2 (m is in raw score units, l the full row sum).
+/// -inf for a row that saw no key (l = 0): e^LSE = 0 is exactly its empty sum.
+__device__ __forceinline__ Rows log_sum_exp(Rows m, Rows l, float scale_log2) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  Rows lse;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) lse.r[r] = l.r[r] > 0.0f ? m.r[r] * (scale_log2 * kLn2) + logf(l.r[r]) : -INFINITY;
+  return lse;
+}
+
+/// 1/l per row, and 0 where l = 0 (a row that saw no key: O = 0, not NaN).
+__device__ __forceinline__ Rows safe_inverse(Rows l) {
+  Rows inv;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) inv.r[r] = l.r[r] > 0.0f ? 1.0f / l.r[r] : 0.0f;
+  return inv;
+}
+
+/// Writes rows [row0, row0 + 16) of o, each multiplied by its scale, as bf16 to global memory
+/// (`dst` is the tile's row 0, rows `stride` elements apart): bf16 pairs straight from the
+/// accumulators. Rows >= valid_rows (past N_q) are not written.
+template <int D>
+__device__ __forceinline__ void store_rows(bf16* dst, int64_t stride, const Acc<D>& o, Rows scale, int row0,
+                                           int valid_rows) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + rows_row(lane, r);
+    if (row >= valid_rows) continue;
+    bf16* dst_row = dst + row * stride;
+#pragma unroll
+    for (int f = 0; f < D / 8; ++f)
+      *reinterpret_cast<uint32_t*>(dst_row + f * 8 + ptx::mma_c_col(lane, 0)) =
+          ptx::pack_bf16x2(o.c[f][2 * r] * scale.r[r], o.c[f][2 * r + 1] * scale.r[r]);
+  }
+}
+
+/// Writes one fp32 value per row, values[row] for rows [row0, row0 + 16) below valid_rows, from
+/// the first lane of each quad (the four lanes hold the same row value).
+__device__ __forceinline__ void store_row_values(float* dst, Rows x, int row0, int valid_rows) {
+  const int lane = lane_id();
+  if (lane % 4 != 0) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + rows_row(lane, r);
+    if (row < valid_rows) dst[row] = x.r[r];
+  }
+}
+
+#endif  // __CUDACC__
+
+}  // namespace fa::tile

@@ -1,0 +1,23 @@
+// Exact FLOP count of one attention forward: two matmuls of 2·D FLOPs per visible (query, key)
+// pair, i.e. 4·D per pair. With the causal mask only the pairs the mask lets through count.
+#pragma once
+
+#include "device/mask.h"
+#include "fa/params.h"
+
+namespace fa {
+
+// Visible (query, key) pairs of one head.
+inline double visible_pairs(int64_t n_q, int64_t n_kv, bool causal, int64_t offset) {
+  if (!causal) return double(n_q) * double(n_kv);
+  double pairs = 0;
+  for (int64_t i = 0; i < n_q; ++i) pairs += double(visible_keys(i, n_kv, true, offset));
+  return pairs;
+}
+
+inline double attention_flops(const AttentionParams& p) {
+  return 4.0 * double(p.batch) * double(p.heads_q) * double(p.head_dim) *
+         visible_pairs(p.seqlen_q, p.seqlen_kv, p.causal, p.causal_offset());
+}
+
+}  // namespace fa
