@@ -63,16 +63,24 @@ endfunction()
 
 # fa_step_test_executable(<target> <step objects target> <nn>): the shared GPU suite plus the
 # step's own tests (steps/NN_name/tests/*.cpp and *.cu) linked against exactly one step.
+# Tests of the steps named by the step's TESTS_FROM come along: a step keeps the features of the
+# steps before it, so it runs their tests too (the tuner's tests in every tuned step, say).
 function(fa_step_test_executable target step_target nn)
   fa_step_dir(${nn} dir)
   file(GLOB own_tests CONFIGURE_DEPENDS ${dir}/tests/*.cpp ${dir}/tests/*.cu)
+  get_property(tests_from GLOBAL PROPERTY FA_TESTS_FROM_${nn})
+  foreach(from IN LISTS tests_from)
+    fa_step_dir(${from} from_dir)
+    file(GLOB from_tests CONFIGURE_DEPENDS ${from_dir}/tests/*.cpp ${from_dir}/tests/*.cu)
+    list(APPEND own_tests ${from_tests})
+  endforeach()
   add_executable(${target} ${own_tests})
   target_link_libraries(${target} PRIVATE fa_gpu_suite ${step_target} fa_harness GTest::gtest)
 endfunction()
 
 # fa_step(<NN> <name> [BASE <NN>]
 #         [STATIC [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...] [KERNEL <regex>]]
-#         [CASES "<case>=<fa2 run arguments>"...])
+#         [CASES "<case>=<fa2 run arguments>"...] [TESTS_FROM <NN>...])
 # The one call in steps/NN_name/step.cmake. It builds attention.cu into fa_stepNN (an object
 # library, so that its self-registration is always linked) against fa_library, with FA_BUILD_ID
 # set; adds it to fa2 and the C library; and registers with ctest, all labelled stepNN:
@@ -82,9 +90,10 @@ endfunction()
 #   stepNN.case.<case>     `fa2 run --step NN <arguments>` checked against the reference (label
 #                          gpu; skipped without a GPU): the step's lesson on a shape worth seeing
 #   stepNN.registered      `fa2 list` shows the step under this number and name, from BASE (cpu)
-# BASE is the step this one grows from: scripts/diff_steps.sh NN diffs against it.
+# BASE is the step this one grows from: scripts/diff_steps.sh NN diffs against it. TESTS_FROM lists
+# earlier steps whose own tests (steps/NN_name/tests/) this step's test program also runs.
 function(fa_step nn name)
-  cmake_parse_arguments(A "STATIC" "BASE;KERNEL" "REQUIRE;FORBID;MIN_COUNT;CASES" ${ARGN})
+  cmake_parse_arguments(A "STATIC" "BASE;KERNEL" "REQUIRE;FORBID;MIN_COUNT;CASES;TESTS_FROM" ${ARGN})
   set(dir ${FA_STEPS_DIR}/${nn}_${name})
   if(A_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "fa_step(${nn} ${name}): unexpected arguments '${A_UNPARSED_ARGUMENTS}'")
@@ -100,7 +109,7 @@ function(fa_step nn name)
     message(WARNING "steps/${nn}_${name} has a step.cmake but no attention.cu yet: step ${nn} is not built")
     return()
   endif()
-  set(base_regex "[^(]")  # no "(from NN)" in fa2 list
+  set(base_regex "[^ (]")  # a first step: no "(from NN)" in fa2 list
   if(DEFINED A_BASE)
     if(NOT A_BASE MATCHES "^[0-9][0-9]$" OR NOT A_BASE LESS nn)
       message(FATAL_ERROR "fa_step(${nn} ${name}): BASE ${A_BASE} must be an earlier step's two-digit number")
@@ -108,7 +117,8 @@ function(fa_step nn name)
     fa_step_dir(${A_BASE} base_dir)
     set(base_regex "\\(from ${A_BASE}\\)")
   endif()
-  set_property(GLOBAL PROPERTY FA_STEP_BASE_${nn} "${A_BASE}")
+
+  set_property(GLOBAL PROPERTY FA_TESTS_FROM_${nn} ${A_TESTS_FROM})
 
   # The step itself, and the id its tuning cache is keyed by.
   fa_step_id_inputs(id_inputs ${dir})

@@ -1,4 +1,6 @@
 # Copies SRC to ROOT/REL/attention.cu and applies PATCH (paths a/REL/attention.cu) to it.
+# --fuzz=0: every context line must match. A patch applied with fuzz could inject its bug in the
+# wrong place after the step has changed, and the mutant would then test something else.
 file(REMOVE_RECURSE ${ROOT})
 file(MAKE_DIRECTORY ${ROOT}/${REL})
 configure_file(${SRC} ${ROOT}/${REL}/attention.cu COPYONLY)
@@ -6,9 +8,15 @@ find_program(PATCH_EXE patch)
 if(NOT PATCH_EXE)
   message(FATAL_ERROR "the 'patch' program is needed to build the bug-catalog mutants")
 endif()
-execute_process(COMMAND ${PATCH_EXE} -p1 --batch --forward --no-backup-if-mismatch -d ${ROOT} -i ${PATCH}
+execute_process(COMMAND ${PATCH_EXE} -p1 --fuzz=0 --batch --forward --no-backup-if-mismatch -d ${ROOT} -i ${PATCH}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   file(REMOVE ${ROOT}/${REL}/attention.cu)
-  message(FATAL_ERROR "patch ${PATCH} no longer applies to ${SRC}:\n${out}${err}")
+  get_filename_component(bug ${PATCH} NAME_WE)
+  string(SUBSTRING ${REL} 6 2 nn)  # REL is steps/NN_name
+  message(FATAL_ERROR "patch ${PATCH} no longer applies exactly to ${SRC}:\n${out}${err}\n"
+          "The step has changed under the patch. Re-make it against the current attention.cu, e.g.\n"
+          "  scripts/new_bug_patch.sh ${nn} ${bug} '<Test filter>' '<Bug: line>' <Catalog id>\n"
+          "and keep its header (Bug:, Catalog:, Test:/Static:, Args:, Symptom:).\n"
+          "To build without the mutants meanwhile: configure with -DFA_SKIP_MUTANTS=ON.")
 endif()

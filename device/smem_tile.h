@@ -6,7 +6,9 @@
 //   move(lane_bytes, rb, cb)    byte offset of a lane's ldmatrix row address in the 16×16 block
 //                               (rb, cb), given its byte offset `lane_bytes` in block (0, 0)
 // `move` is a compile-time step for constant rb and cb, so a kernel computes each lane's address
-// once, before its loop, and every ldmatrix inside the loop addresses with an immediate offset.
+// once, before its loop: in the padded layout every ldmatrix inside the loop then addresses with
+// an immediate offset; in the swizzled one, each 16-column step is one XOR (a register per step,
+// also computed before the loop) and each 16-row step an immediate.
 //
 // Two layouts, both free of bank conflicts for ldmatrix (8 lanes read 8 rows × 16 bytes at the
 // same logical columns; those 8 rows must fall on 8 different 16-byte bank groups):
@@ -56,6 +58,8 @@ struct PaddedLayout {
 template <int COLS>
 struct SwizzledLayout {
   static_assert(COLS % 64 == 0, "the swizzle needs rows of at least 8 chunks of 16 bytes");
+  // move() XORs the column step into the whole byte offset: right only if a row is 2^k bytes.
+  static_assert((COLS & (COLS - 1)) == 0, "rows must be a power of two elements long");
   static constexpr int kCols = COLS;
   static constexpr int kRowElems = COLS;
   FA_HD static int offset(int row, int col) { return ptx::swizzled_offset(row, col, COLS); }

@@ -1,5 +1,5 @@
 // Which K/V tiles a Q tile visits, and which of them need the per-element mask. Used by the
-// tensor-core steps (04 on) and unit-tested on the CPU against a brute-force mask.
+// tensor-core steps with the causal mask (05 on) and unit-tested on the CPU against a brute-force mask.
 //
 // A Q tile covers query rows [m_start, m_start + block_m); KV tile n covers keys
 // [n·block_n, (n+1)·block_n). With the causal mask, key j is visible to row i when

@@ -15,10 +15,12 @@
 // One warp owns 16 query rows. With g = lane / 4 and t = lane % 4 (device/ptx/mma.h), a lane
 // holds, of every 16-row tile, the elements of rows g and g + 8: those are the two entries of a
 // `Rows`. Element e (0..3) of 8-column fragment f of an `Acc` is row g + 8·(e / 2), column
-// 8·f + 2t + e % 2 (ptx::mma_c_row / mma_c_col). A row's 16·f columns are spread over the 4 lanes
-// of its quad, so a full-row reduction (row_max, quad_sum) ends with two shuffles.
+// 8·f + 2t + e % 2 (ptx::mma_c_row / mma_c_col). A row's COLS columns are spread over the 4
+// lanes of its quad, COLS / 4 each, so a full-row reduction (row_max, quad_sum) ends with two
+// shuffles.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "device/mask.h"  // FA_HD
@@ -254,9 +256,9 @@ __device__ __forceinline__ Rows safe_inverse(Rows l) {
   return inv;
 }
 
-/// Writes rows [row0, row0 + 16) of o, each multiplied by its scale, as bf16 to global memory
-/// (`dst` is the tile's row 0, rows `stride` elements apart): bf16 pairs straight from the
-/// accumulators. Rows >= valid_rows (past N_q) are not written.
+/// Writes the warp's 16 rows of o, each multiplied by its scale, as bf16 to global memory: row r
+/// of o goes to dst + (row0 + r)·stride, and rows with row0 + r >= valid_rows (past N_q) are not
+/// written. bf16 pairs straight from the accumulators.
 template <int D>
 __device__ __forceinline__ void store_rows(bf16* dst, int64_t stride, const Acc<D>& o, Rows scale, int row0,
                                            int valid_rows) {

@@ -40,18 +40,18 @@ namespace fa::autotune {
 
 /// What a tuning result depends on (see the header comment).
 struct Key {
-  int64_t seqlen_q = 0;          ///< N_q
-  int64_t seqlen_kv = 0;         ///< N_kv
-  int64_t head_dim = 0;          ///< D
-  int64_t batch = 0;             ///< B
-  int64_t heads_q = 0;           ///< H_q
-  int64_t heads_kv = 0;          ///< H_kv
-  std::string causal = "none";   ///< "none", "top_left" or "bottom_right"
-  std::string dtype = "bf16";    ///< element type of Q, K, V and O
-  std::string layout = "bhnd";   ///< "bhnd", "bnhd" or "strided" (layout_class)
-  bool lse = false;              ///< LSE is written
-  std::string gpu;               ///< device name, e.g. "NVIDIA H200"
-  std::string build_id;          ///< identifies the compiled kernels (FA_BUILD_ID of the step)
+  int64_t seqlen_q = 0;         ///< N_q
+  int64_t seqlen_kv = 0;        ///< N_kv
+  int64_t head_dim = 0;         ///< D
+  int64_t batch = 0;            ///< B
+  int64_t heads_q = 0;          ///< H_q
+  int64_t heads_kv = 0;         ///< H_kv
+  std::string causal = "none";  ///< "none", "top_left" or "bottom_right"
+  std::string dtype = "bf16";   ///< element type of Q, K, V and O
+  std::string layout = "bhnd";  ///< "bhnd", "bnhd" or "strided" (layout_class)
+  bool lse = false;             ///< LSE is written
+  std::string gpu;              ///< device name, e.g. "NVIDIA H200"
+  std::string build_id;         ///< identifies the compiled kernels (FA_BUILD_ID of the step)
   /// One line of text without tabs, the cache's lookup key, e.g. "nq=4096 nkv=4096 d=64 b=2
   /// hq=16 hkv=4 causal=none dtype=bf16 layout=bhnd lse=0 gpu=NVIDIA H200 build=1f0c...".
   /// Plain string appends: it is built on every call of a tuned step.
@@ -117,8 +117,8 @@ class Cache {
 
 /// One configuration to time: its name and a launcher that runs it on a stream.
 struct Candidate {
-  std::string name;                          ///< the configuration's name
-  std::function<Status(cudaStream_t)> run;   ///< launches it once, asynchronously
+  std::string name;                         ///< the configuration's name
+  std::function<Status(cudaStream_t)> run;  ///< launches it once, asynchronously
 };
 
 /// What time_candidates measured.

@@ -1,25 +1,42 @@
 // The tuner a step calls (step 06 on): it hands over its compiled kernel configurations once, and
-// each forward call is one `tuner.run(params, stream)`.
+// each forward call is one `tuner.run(params, stream)`. A tuned step's attention.cu holds its
+// kernels, the list of configurations and
+//
+//   const fa::tuner::Tuner kTuner(6, FA_BUILD_ID, {configs...});
+//
+// and its forward validates the params and returns `kTuner.run(params, stream)`.
 //
 // What run() does, per call:
-//   1. The problem key (library/autotune.h: shape, head counts, layout class, causal alignment,
-//      LSE, GPU, the build id of the step's kernels) is looked up in an in-memory cache: a
-//      hit costs a hash-map lookup and the launch (the lesson of step 06 has the measured cost).
-//   2. On a miss, with FA_AUTOTUNE unset or 1 and the stream not being captured: every config that
-//      fits this GPU is timed on scratch outputs (never the caller's O or LSE) and the fastest is
-//      cached in memory and in the cache file. This first call synchronises `stream` and allocates
-//      its scratch with cudaMallocAsync on it. Large problems are timed on a slice of their
-//      (batch, head) pairs, so the first call's tuning time stays bounded (kTuneBudgetFlops).
-//   3. With FA_AUTOTUNE=0, while the stream is being captured into a CUDA graph, or when tuning is
-//      impossible, the shape-aware heuristic (`heuristic`) picks a config without timing anything.
+//   1. The problem key (library/autotune.h: N_q, N_kv, D, B, H_q, H_kv, causal alignment, dtype,
+//      layout class, LSE, GPU, the build id of the step's kernels) is built with plain string
+//      appends and looked up in the tuner's in-memory map: a hit costs that and the launch.
+//   2. On a miss the cache file (FA_AUTOTUNE_CACHE, shared by every tuner of the process) is
+//      consulted; a config found there is remembered in memory.
+//   3. Still a miss, with FA_AUTOTUNE unset or 1 and the stream not being captured into a CUDA
+//      graph: every config for the head dim that fits this GPU's opt-in shared memory is timed
+//      (autotune::time_candidates) and the fastest is remembered in memory and appended to the
+//      cache file. The candidates write scratch outputs allocated with cudaMallocAsync on
+//      `stream` (O contiguous (B, H, N, D), LSE when the call writes it), never the caller's O or
+//      LSE, and the first call synchronises `stream`. A problem past kTuneBudgetFlops is timed on
+//      a slice of its (batch, head) pairs (tuning_slice), so the first call's time stays bounded;
+//      the result is stored under the full problem's key.
+//   4. With FA_AUTOTUNE=0, while the stream is being captured, or when tuning is impossible (the
+//      scratch allocation fails, no candidate launches), the heuristic (pick_heuristic) chooses
+//      without timing anything; that choice is not remembered, so a later call may still tune.
+// The GPU's name, SM count and opt-in shared memory per block are queried once per device
+// (autotune::current_device). FA_AUTOTUNE_VERBOSE=1 prints every candidate's time when a key is
+// tuned.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fa/params.h"
+#include "library/autotune.h"
 
 namespace fa::tuner {
 
@@ -28,15 +45,15 @@ using LaunchFn = Status (*)(const AttentionParams& params, cudaStream_t stream);
 
 /// One compiled kernel configuration of a tuned step.
 struct KernelConfig {
-  int head_dim = 0;    ///< the head dim it is compiled for
-  int block_m = 0;     ///< query rows per block
-  int block_n = 0;     ///< keys per K/V tile
-  int num_warps = 0;   ///< warps per block
-  int stages = 0;      ///< K/V tiles in flight (0: the step has no pipeline)
-  int smem_bytes = 0;  ///< dynamic shared memory per block
-  LaunchFn launch = nullptr;
+  int head_dim = 0;           ///< the head dim it is compiled for
+  int block_m = 0;            ///< query rows per block
+  int block_n = 0;            ///< keys per K/V tile
+  int num_warps = 0;          ///< warps per block
+  int stages = 0;             ///< K/V tiles in flight (0: the step has no pipeline)
+  int smem_bytes = 0;         ///< dynamic shared memory per block
+  LaunchFn launch = nullptr;  ///< runs this configuration
   /// "BLOCK_M=64 BLOCK_N=64 warps=4" (plus " stages=S" for a pipelined step): the config's name in
-  /// the cache file, in test names and in `fa2 run`'s output.
+  /// the cache file, in test output and in `fa2 run`'s output.
   std::string name() const;
 };
 
@@ -44,45 +61,77 @@ struct KernelConfig {
 /// whole problem: about 10 ms per timed run at 500 TFLOP/s.
 constexpr double kTuneBudgetFlops = 5e12;
 
+/// The FLOPs the tuner budgets for one call: 4·B·H_q·N_q·N_kv·D (the two matmuls, causal or not).
+double tuning_flops(const AttentionParams& params);
+
+/// The problem the tuner times for `params`: `params` itself when within `budget_flops`; else
+/// its leading batch entries (as many as fit, at least one); if one batch entry is still over,
+/// its leading KV-head groups (H_kv' >= 1 of them, H_q' = H_kv'·(H_q / H_kv), so the GQA group
+/// size is kept). Pointers and strides stay the caller's: the leading batch entries and heads of
+/// a tensor are a valid view of it. One KV-head group still over the budget is timed as it is.
+AttentionParams tuning_slice(const AttentionParams& params, double budget_flops = kTuneBudgetFlops);
+
+/// The heuristic: among `configs` for `params.head_dim` with smem_bytes <= `smem_limit`, the first
+/// in order whose grid, cdiv(N_q, block_m)·B·H_q blocks, has at least two blocks per SM
+/// (2·`sm_count`); if none has, the one with the most blocks (the first of equals): a small
+/// problem is limited by how many SMs it fills. nullptr if none fits.
+const KernelConfig* pick_heuristic(const std::vector<KernelConfig>& configs, const AttentionParams& params,
+                                   int sm_count, int smem_limit);
+
+/// A step's compiled configurations and the choice among them (see the header comment). Thread-safe.
 class Tuner {
  public:
-  /// `configs` in order of preference per head dim: the heuristic's tie-break. `build_id`
-  /// identifies what was compiled (the build system passes a hash of the step's sources and
-  /// flags as FA_BUILD_ID); it is part of every key, so a rebuilt kernel never reuses old timings.
-  /// Registers the tuner under `step` for find_tuner.
+  /// `configs` in order of preference per head dim: the heuristic's order. `build_id` identifies
+  /// what was compiled (the build system passes a hash of the step's sources and flags as
+  /// FA_BUILD_ID); it is part of every key, so a rebuilt kernel never reuses old timings.
+  /// Registers the tuner under `step` for find_tuner, until it is destroyed.
   Tuner(int step, std::string build_id, std::vector<KernelConfig> configs);
+  ~Tuner();
+  Tuner(const Tuner&) = delete;  // find_tuner holds its address
+  Tuner& operator=(const Tuner&) = delete;
 
-  /// Chooses a config for `params` (cache, tuning or heuristic, see above) and launches it.
+  /// Chooses a config for `params` (memory, cache file, tuning or heuristic) and launches it.
+  /// `params` must already be validated. An error if no config fits, or the launch's error.
   Status run(const AttentionParams& params, cudaStream_t stream) const;
 
-  /// The config the heuristic picks: among those for the head dim that fit this GPU, the first in
-  /// preference order whose grid has at least two blocks per SM; if none has, the one with the
-  /// most blocks (small problems are limited by how many SMs they fill). nullptr if none fits.
+  /// What the heuristic picks for `params` on the current GPU (pick_heuristic with its SM count and
+  /// opt-in shared memory). nullptr if no config for the head dim fits.
   const KernelConfig* heuristic(const AttentionParams& params) const;
 
   /// Names of the configs compiled for `head_dim`, in preference order.
   std::vector<std::string> config_names(int head_dim) const;
-  /// Runs the named config, bypassing the choice (tests and experiments). An error if there is no
-  /// such config or it does not fit this GPU's shared memory ("needs more shared memory").
+  /// Runs the named config for `params.head_dim`, bypassing the choice (tests and experiments).
+  /// Does not validate `params`. An error "step NN has no config '<name>' for head dim D", or, if
+  /// the config does not fit this GPU, one that says it "needs more shared memory".
   Status run_config(const AttentionParams& params, const std::string& name, cudaStream_t stream) const;
-  /// The cache key of `params`, as one line of text.
+  /// The cache key of `params` on the current GPU, as one line of text.
   std::string key(const AttentionParams& params) const;
-  /// What run() would use for `params` now: "<name> (tuned)", "... (heuristic, FA_AUTOTUNE=0)", ...
+  /// What run() would use for `params` now: "<name> (tuned)", "<name> (heuristic, FA_AUTOTUNE=0)"
+  /// or "<name> (not tuned yet; heuristic)".
   std::string describe(const AttentionParams& params) const;
+  /// The build id every key of this tuner carries.
   const std::string& build_id() const { return build_id_; }
+  /// The step number it was registered under.
   int step() const { return step_; }
 
  private:
   const KernelConfig* choose(const AttentionParams& params, cudaStream_t stream) const;
-  const KernelConfig* tune(const AttentionParams& params, const std::string& key, cudaStream_t stream) const;
+  autotune::Key make_key(const AttentionParams& params) const;
+  const KernelConfig* remembered(const autotune::Key& key, const std::string& key_text) const;
+  void remember(const std::string& key_text, const KernelConfig* config) const;
+  const KernelConfig* tune(const AttentionParams& params, const autotune::Key& key, cudaStream_t stream) const;
+  const KernelConfig* find_config(int64_t head_dim, const std::string& name) const;
   std::vector<const KernelConfig*> fitting(int64_t head_dim) const;
+  std::string step_label() const;
 
   int step_;
   std::string build_id_;
   std::vector<KernelConfig> configs_;
+  mutable std::mutex mu_;
+  mutable std::unordered_map<std::string, const KernelConfig*> chosen_;  // key → config, this process
 };
 
-/// The tuner of step `step`, or nullptr if the step has none.
+/// The tuner registered under `step` (the latest one, if several), or nullptr if the step has none.
 const Tuner* find_tuner(int step);
 
 }  // namespace fa::tuner

@@ -45,7 +45,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The course's correctness rule (common/compare.h): bf16 outputs, fp32 LSE.
+# The course's correctness rule (harness/compare.h): bf16 outputs, fp32 LSE.
 ATOL = RTOL = 1e-2
 MAX_REL_NORM = 1e-2
 LSE_ATOL = LSE_RTOL = 1e-3
@@ -111,7 +111,7 @@ class Shape:
 
 
 def visible_pairs(n_q, n_kv, causal, offset=0):
-    """(query, key) pairs the mask lets through, per head (the same count as common/flops.h)."""
+    """(query, key) pairs the mask lets through, per head (the same count as harness/flops.h)."""
     if not causal:
         return n_q * n_kv
     return sum(min(max(i + offset + 1, 0), n_kv) for i in range(n_q))
@@ -141,6 +141,15 @@ def build_sweep(args):
         for causal in modes:
             shapes.append(Shape(B, H, N, D, causal, "seed"))
     return shapes
+
+
+def parse_baseline(spec):
+    """'TAG=PATH:STEPS' (e.g. old=/tmp/old/build/libfa2_capi.so:7) -> (tag, path, [step numbers])."""
+    tag, sep, rest = spec.partition("=")
+    path, sep2, numbers = rest.rpartition(":")
+    if not sep or not sep2 or not tag or not path:
+        raise SystemExit(f"compare.py: --baseline expects TAG=PATH:STEPS, got '{spec}'")
+    return tag, path, parse_int_list(numbers)
 
 
 def parse_int_list(text):
@@ -305,7 +314,7 @@ def compare_lse(lse, ref_lse):
 
 
 def fit_to_budget(warmup, iters, probe_ms, budget_ms, min_iters=5):
-    """Fewer runs for a slow point (common/timer.h's fit_to_budget, the same rule): as many timed
+    """Fewer runs for a slow point (harness/timer.h's fit_to_budget, the same rule): as many timed
     runs as `budget_ms` pays for, between min(min_iters, iters) and iters; warm-ups shrink to a
     quarter of the budget but stay >= 1 if any were asked for. Returns (warmup, iters)."""
     if budget_ms <= 0 or not probe_ms > 0:
@@ -446,6 +455,14 @@ def run_gpu(args, shapes):
             if missing:
                 raise SystemExit(f"compare.py: unknown step(s) {missing}; the library has {sorted(known)}")
             steps = [s for s in steps if s["number"] in want_steps]
+    # Baselines: steps of another build of the course (e.g. an older commit), in the same run on the
+    # same tensors, so a redesign can be measured against the code it replaces.
+    for spec in args.baseline or []:
+        tag, path, numbers = parse_baseline(spec)
+        base_lib = CourseLibrary(path)
+        for st in base_lib.steps():
+            if st["number"] in numbers:
+                steps.append(dict(st, lib=base_lib, tag=tag))
     skip = set(args.skip_providers or [])
     triton_mod, triton_note = (None, "excluded by --skip-providers")
     if "triton_fa2" not in skip:
@@ -506,22 +523,25 @@ def run_gpu(args, shapes):
         candidates = []
         for st in steps:
             pid, label = f"step{st['number']:02d}", f"{st['number']:02d}_{st['name']}"
+            st_lib = st.get("lib", lib)
+            if "tag" in st:
+                pid, label = f"{pid}@{st['tag']}", f"{label} @{st['tag']}"
             o = torch.empty_like(q)
             lse = torch.empty(shape.B, shape.H, shape.N, device=DEVICE, dtype=torch.float32) if st["lse"] else None
-            p = lib.params(q, k, v, o, lse, shape.causal)
-            rc, msg = lib.validate(st["number"], p)
+            p = st_lib.params(q, k, v, o, lse, shape.causal)
+            rc, msg = st_lib.validate(st["number"], p)
             note = ""
             if rc != 0:
                 note = ("unsupported: " if rc == FA_ERROR_UNSUPPORTED else "refused: ") + msg
             elif st["number"] in args.slow_steps_list and args.slow_max_n > 0 and shape.N > args.slow_max_n:
                 note = f"skipped: fp32 CUDA-core step, too slow above N={args.slow_max_n} (--slow-max-n)"
 
-            def run_step(st=st, p=p, o=o, lse=lse):
-                lib.forward(st["number"], p, stream.cuda_stream)
+            def run_step(st=st, p=p, o=o, lse=lse, st_lib=st_lib):
+                st_lib.forward(st["number"], p, stream.cuda_stream)
                 return o, lse
 
             candidates.append(dict(pid=pid, label=label, kind="step", step=st["number"], run=run_step, o=o, lse=lse,
-                                   ctx=None, note=note, params=p))
+                                   ctx=None, note=note, params=p, lib=st_lib))
         for pid, label, kind in REFERENCE_PROVIDERS:
             if pid in skip:
                 continue
@@ -591,7 +611,7 @@ def run_gpu(args, shapes):
             elif flash_out is not None:
                 row["max_abs_vs_sdpa_flash"] = float((out.float() - flash_out.float()).abs().max().item())
             if cand["kind"] == "step":
-                row["config"] = lib.describe(cand["step"], cand["params"])
+                row["config"] = cand["lib"].describe(cand["step"], cand["params"])
             elif cand["kind"] == "triton":
                 try:
                     row["config"] = triton_mod.best_config(shape.N, shape.N, shape.D, shape.causal)
@@ -1215,7 +1235,7 @@ def selftest(args):
         f.write("# No markers here\n")
     if update_readme(no_markers, "x") or open(no_markers).read() != "# No markers here\n":
         problems.append("a README without markers must be left alone")
-    # The run-count rule must match common/timer.h's (tests/cpu/harness_test.cpp, Timer.FitToBudget...).
+    # The run-count rule must match harness/timer.h's (tests/cpu/harness_test.cpp, Timer.FitToBudget...).
     for (warm, iters, probe, budget), want in [((5, 30, 0.5, 2000.0), (5, 30)), ((5, 30, 100.0, 2000.0), (5, 20)),
                                                ((5, 30, 650.0, 2000.0), (1, 5)), ((0, 3, 650.0, 2000.0), (0, 3)),
                                                ((5, 30, 650.0, 0.0), (5, 30)), ((5, 30, 0.0, 2000.0), (5, 30))]:
@@ -1256,6 +1276,8 @@ def main(argv=None):
     ap.add_argument("--no-readme", action="store_true", help="do not touch the README")
     ap.add_argument("--quick", action="store_true", help="small sweep: N in {1k, 4k}, D in {64, 128} (~3 minutes)")
     ap.add_argument("--steps", help="comma-separated step numbers, or 'none' (default: every step)")
+    ap.add_argument("--baseline", action="append", metavar="TAG=PATH:STEPS",
+                    help="also time steps STEPS of another build's libfa2_capi.so, labelled @TAG (repeatable)")
     ap.add_argument("--skip-providers", help="comma-separated: sdpa_flash,sdpa_cudnn,sdpa_efficient,triton_fa2")
     ap.add_argument("--n", help="sequence lengths, e.g. 1024,4096 (replaces the default sweep)")
     ap.add_argument("--d", help="head dims, e.g. 64,128")

@@ -27,7 +27,8 @@ def parse_ctest(path):
 
 
 def mutant_symptoms(path):
-    """The first line of each bug.* test's output that says how the regression test failed."""
+    """Each bug.* test's verdict and first failure message, from run_mutant.sh's last line
+    (`MUTANT <name>: KILLED|SURVIVED|CRASHED|NOT RUN — <message>`), else from its output."""
     import xml.etree.ElementTree as ET
     out = {}
     if not os.path.exists(path):
@@ -37,14 +38,20 @@ def mutant_symptoms(path):
         if not name.startswith("bug."):
             continue
         text = "".join(e.text or "" for e in case.iter("system-out"))
-        pick = ""
-        for pat in (r"FAIL: (max\|err\|=[^\n]*)", r"(has \d+ HMMA, expected at least \d+)", r"(no \w+ in the kernels[^\n]*)", r"(\[  FAILED  \] Sass\.\w+)",
-                    r"(Expected[^\n]*)", r"(Value of[^\n]*)", r"(bad input was accepted)", r"(\[  FAILED  \] \S+)"):
-            m = re.search(pat, text)
-            if m:
-                pick = re.sub(r" \(first at \d+\)", "", m.group(1))
-                break
-        out[name] = pick[:230].replace("|", "\\|")
+        verdict, pick = "", ""
+        m = re.search(r"^MUTANT \S+: (KILLED|SURVIVED|CRASHED|NOT RUN|ERROR) — (.*)$", text, re.M)
+        if m:
+            verdict, pick = m.group(1), m.group(2)
+        else:
+            for pat in (r"FAIL: (max\|err\|=[^\n]*)", r"(has \d+ HMMA, expected at least \d+)",
+                        r"(no \w+ in the kernels[^\n]*)", r"(\[  FAILED  \] Sass\.\w+)", r"(Expected[^\n]*)",
+                        r"(Value of[^\n]*)", r"(bad input was accepted)", r"(\[  FAILED  \] \S+)"):
+                m = re.search(pat, text)
+                if m:
+                    pick = m.group(1)
+                    break
+        pick = re.sub(r" \(first at \d+\)", "", pick)
+        out[name] = (verdict, pick[:230].replace("|", "\\|"))
     return out
 
 
@@ -77,7 +84,7 @@ def main():
         lines.append("Skipped: " + ", ".join(f"`{n}`" for n in skipped[:50]) + "\n")
     per_step = {}
     for n, r in tests:
-        m = re.match(r"step(\d\d)\.", n)
+        m = re.match(r"step(\d\d)\.(?!registered$)", n)
         if m:
             d = per_step.setdefault(m.group(1), {})
             d[r] = d.get(r, 0) + 1
@@ -96,8 +103,11 @@ def main():
     lines.append("|---|---|---|")
     for n, r in sorted(tests):
         if n.startswith("bug."):
+            verdict, text = symptoms.get(n, ("", ""))
             res = {"Passed": "killed", "Failed": "**SURVIVED**", "Skipped": "not run (skipped)"}.get(r, r)
-            lines.append(f"| `{n[4:]}` | {res} | {symptoms.get(n, '')} |")
+            if r == "Failed" and verdict in ("CRASHED", "ERROR"):
+                res = f"**{verdict}**"
+            lines.append(f"| `{n[4:]}` | {res} | {text} |")
     lines.append("")
     san = os.path.join(logs, "sanitizer.csv")
     if os.path.exists(san):

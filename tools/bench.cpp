@@ -341,8 +341,8 @@ int cmd_bench(const std::vector<std::string>& args) {
         done += size_t(repeats);
         continue;
       }
-      ready.push_back({st, p, fa::describe_config(*st, p), r.o.max_abs_err,
-                       fit_to_budget(opt, probe_ms, point_budget_ms)});
+      ready.push_back(
+          {st, p, fa::describe_config(*st, p), r.o.max_abs_err, fit_to_budget(opt, probe_ms, point_budget_ms)});
     }
 
     // Time: all steps once, then all again, so slow drifts (clocks, temperature) show up as

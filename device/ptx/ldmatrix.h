@@ -8,7 +8,7 @@
 //   plain:  lane holds row lane/4, columns 2·(lane%4) and 2·(lane%4)+1   (the mma C/A pattern)
 //   .trans: lane holds column lane/4, rows 2·(lane%4) and 2·(lane%4)+1  (the matrix transposed)
 //
-// So one x4 replaces 16 scalar shared loads per lane and no lane ever computes where "its"
+// So one x4 replaces eight 16-bit shared loads per lane and no lane ever computes where "its"
 // elements are: the rows it points at decide which fragment comes out. Which row each lane points
 // at for the three operands of FlashAttention:
 //

@@ -142,6 +142,7 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return Status::Ok();
 }
 
-FA_REGISTER_STEP({0, "naive", /*base=*/-1, "S = QKᵀ in global memory, row softmax, O = PV: the O(N²) baseline", kCaps, &forward, ""})
+FA_REGISTER_STEP({0, "naive", /*base=*/-1, "S = QKᵀ in global memory, row softmax, O = PV: the O(N²) baseline", kCaps,
+                  &forward, ""})
 
 }  // namespace fa::step00

@@ -120,7 +120,9 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return Status::Ok();
 }
 
-FA_REGISTER_STEP({1, "online_softmax", /*base=*/0, "one fused kernel: each query row streams over the keys with a running max, sum "
-                               "and output; no N² buffer", kCaps, &forward, ""})
+FA_REGISTER_STEP({1, "online_softmax", /*base=*/0,
+                  "one fused kernel: each query row streams over the keys with a running max, sum "
+                  "and output; no N² buffer",
+                  kCaps, &forward, ""})
 
 }  // namespace fa::step01

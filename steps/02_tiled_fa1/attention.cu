@@ -219,7 +219,9 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return Status::Ok();
 }
 
-FA_REGISTER_STEP({2, "tiled_fa1", /*base=*/1, "FlashAttention-1: K/V tiles in shared memory, KV loop outside and Q loop inside, "
-                               "O/m/l in global memory", kCaps, &forward, ""})
+FA_REGISTER_STEP({2, "tiled_fa1", /*base=*/1,
+                  "FlashAttention-1: K/V tiles in shared memory, KV loop outside and Q loop inside, "
+                  "O/m/l in global memory",
+                  kCaps, &forward, ""})
 
 }  // namespace fa::step02

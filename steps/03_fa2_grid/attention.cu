@@ -164,7 +164,9 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return Status::Ok();
 }
 
-FA_REGISTER_STEP({3, "fa2_grid", /*base=*/2, "FlashAttention-2: grid over (Q tiles, batch·heads), KV loop inside, state in "
-                               "registers, one deferred divide", kCaps, &forward, ""})
+FA_REGISTER_STEP({3, "fa2_grid", /*base=*/2,
+                  "FlashAttention-2: grid over (Q tiles, batch·heads), KV loop inside, state in "
+                  "registers, one deferred divide",
+                  kCaps, &forward, ""})
 
 }  // namespace fa::step03

@@ -26,7 +26,6 @@
 
 #include "device/mask.h"
 #include "device/smem_tile.h"
-#include "device/tiles.h"
 #include "device/warp_tile.h"
 #include "fa/registry.h"
 #include "library/cuda_status.h"

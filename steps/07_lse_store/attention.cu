@@ -9,7 +9,7 @@
 //    merging it with another part gives that part weight 1 (device/lse_merge.h).
 // Why: the backward pass recomputes P = exp(scale·s − LSE) from it without a second max/sum
 // pass, and two results over disjoint key ranges merge exactly with their LSEs (split-KV
-// decoding, ring attention) — tests/lse_merge_test.cpp does that merge.
+// decoding, ring attention) — steps/07_lse_store/tests/lse_merge_test.cpp does that merge.
 // What it costs: 4 bytes per query row of extra output; nothing inside the KV loop.
 #include <cuda_bf16.h>
 
@@ -187,7 +187,7 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
 }
 
 FA_REGISTER_STEP({7, "lse_store", /*base=*/6,
-                  "store LSE = m + log(l) per query row (fp32); partial results merge exactly with it", kCaps, &forward,
-                  ""})
+                  "store LSE = scale·m + log(l) per query row (fp32); partial results merge exactly with it", kCaps,
+                  &forward, ""})
 
 }  // namespace fa::step07

@@ -12,8 +12,8 @@
 //    thread's copies of tile n_block are visible, AND every warp is done reading tile n_block − 1.
 //  - SwizzledLayout replaces PaddedLayout: no padding bytes, so a deeper ring fits in the same
 //    shared memory; ldmatrix stays free of bank conflicts (device/ptx/swizzle.h).
-//  - STAGES joins BLOCK_M and BLOCK_N in the Config, and the tuner's list (step 07's old
-//    configurations, now with their pipeline depths).
+//  - STAGES joins BLOCK_M and BLOCK_N in the Config; the tuner's list pairs tile sizes with
+//    pipeline depths (two or three K/V tiles in flight).
 // What it costs: STAGES K/V buffers of shared memory instead of one. What it buys: the loads of
 // the next tiles hide behind the tensor-core work of this one (README.md has the measured gain).
 #include <cuda_bf16.h>

@@ -1,19 +1,28 @@
-# The bug catalog's mechanism. tests/bugs/<NN>-<bug>.patch is applied at build time to a copy of
-# steps/NN_*/attention.cu (a patch that no longer applies breaks the build), the copy is built
-# into its own test executable, and the ctest case bug.<NN>-<bug> passes only if the named
-# regression test FAILS on that build ("the mutant is killed").
+# The bug catalog's mechanism. steps/NN_name/bugs/<bug>.patch is applied at build time to a copy
+# of that step's attention.cu, exactly (patch --fuzz=0: a patch whose context has drifted breaks
+# the build and has to be re-made), the copy is built into its own test program, and the ctest
+# case bug.NN-<bug> passes only if the named regression test FAILS on that build by its assertion
+# ("the mutant is killed"; tests/bugs/run_mutant.sh tells a failed assertion from a crash).
 #
-#   fa_add_mutant(<NN> <bug> FILTER <gtest filter>)   run the step's GPU tests matching FILTER
-#   fa_add_mutant(<NN> <bug> STATIC [REQUIRE ...])    run the step's static checks on the mutant
+#   fa_add_mutant(<NN> <bug> FILTER <gtest filter> [ARGS ...])   the step's GPU tests matching FILTER
+#   fa_add_mutant(<NN> <bug> STATIC [REQUIRE ...] [FORBID ...])  the SASS check on the mutant
+#
+# A patch starts with a header (ignored by `patch`) that names the regression test it must fail:
+#   Bug: <one line>                   what the patch does to the step
+#   Catalog: <entry id>               its entry in docs/bug_catalog.md
+#   Test: <gtest filter>              e.g.  Test: LargeLogits.*
+#   Args: <extra arguments>           optional, e.g. Args: --fa_large (the >2^31-element suite)
+#   Static: [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...] [KERNEL <regex>]
+#                                     a SASS check instead
+#   Symptom: fault                    optional: the bug is expected to fault (e.g. an out-of-bounds
+#                                     access), so a crash counts as caught
+# tests/catalog_check.py keeps the headers, the catalog and the test names in sync.
 
 function(fa_add_mutant nn bug)
-  cmake_parse_arguments(A "STATIC" "FILTER;KERNEL" "REQUIRE;MIN_COUNT;ARGS" ${ARGN})
-  set(patch ${CMAKE_SOURCE_DIR}/tests/bugs/${nn}-${bug}.patch)
-  if(NOT EXISTS ${patch})
-    message(FATAL_ERROR "missing patch ${patch}")
-  endif()
+  cmake_parse_arguments(A "STATIC" "FILTER;KERNEL;PATCH" "REQUIRE;FORBID;MIN_COUNT;ARGS" ${ARGN})
   fa_step_dir(${nn} dir)
   file(RELATIVE_PATH rel ${CMAKE_SOURCE_DIR} ${dir})
+  set(patch ${A_PATCH})
   set(root ${CMAKE_BINARY_DIR}/mutants/${nn}-${bug})
   set(src ${root}/${rel}/attention.cu)
   add_custom_command(OUTPUT ${src}
@@ -21,29 +30,35 @@ function(fa_add_mutant nn bug)
             -P ${CMAKE_SOURCE_DIR}/cmake/apply_patch.cmake
     DEPENDS ${dir}/attention.cu ${patch} ${CMAKE_SOURCE_DIR}/cmake/apply_patch.cmake
     COMMENT "Injecting bug ${nn}-${bug}")
+  # The mutant's own build id: a tuning cache must never hand a mutant the timings of its step.
+  get_property(step_id GLOBAL PROPERTY FA_BUILD_ID_${nn})
+  file(SHA256 ${patch} patch_hash)
+  string(SHA256 mutant_id "${step_id}\n${patch_hash}\n")
+  string(SUBSTRING ${mutant_id} 0 16 mutant_id)
+  set_property(DIRECTORY ${CMAKE_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${patch})
   set(obj fa_mutant_obj_${nn}_${bug})
   add_library(${obj} OBJECT ${src})
   target_link_libraries(${obj} PUBLIC fa_library)
+  target_compile_definitions(${obj} PRIVATE FA_BUILD_ID="${mutant_id}")
   set(name bug.${nn}-${bug})
+  set(runner bash ${CMAKE_SOURCE_DIR}/tests/bugs/run_mutant.sh ${name} ${patch})
   if(A_STATIC)
     set(args)
-    if(A_REQUIRE)
-      list(APPEND args REQUIRE ${A_REQUIRE})
-    endif()
-    if(A_MIN_COUNT)
-      list(APPEND args MIN_COUNT ${A_MIN_COUNT})
-    endif()
+    foreach(kw REQUIRE FORBID MIN_COUNT)
+      if(A_${kw})
+        list(APPEND args ${kw} ${A_${kw}})
+      endif()
+    endforeach()
     if(A_KERNEL)
       list(APPEND args KERNEL ${A_KERNEL})
     endif()
     fa_sass_check_command(cmd ${obj} ${args})
-    add_test(NAME ${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/bugs/run_mutant.sh "*" ${cmd})
+    add_test(NAME ${name} COMMAND ${runner} "*" ${cmd})
     set_tests_properties(${name} PROPERTIES LABELS "bug;static;step${nn}")
   else()
     set(exe fa_mutant_${nn}_${bug})
     fa_step_test_executable(${exe} ${obj} ${nn})
-    add_test(NAME ${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/bugs/run_mutant.sh "${A_FILTER}" $<TARGET_FILE:${exe}>
-             ${A_ARGS})
+    add_test(NAME ${name} COMMAND ${runner} "${A_FILTER}" $<TARGET_FILE:${exe}> ${A_ARGS})
     set_tests_properties(${name} PROPERTIES LABELS "bug;gpu;step${nn}" SKIP_RETURN_CODE 77)
     if(A_ARGS MATCHES "--fa_large")
       set_tests_properties(${name} PROPERTIES RESOURCE_LOCK gpu_memory)
@@ -51,35 +66,102 @@ function(fa_add_mutant nn bug)
   endif()
 endfunction()
 
-# ---- the catalog: every tests/bugs/NN-<bug>.patch is a mutant ------------------------------
-# A patch starts with a header (ignored by `patch`) that names the regression test it must fail:
-#   Test: <gtest filter>              e.g.  Test: LargeLogits.*
-#   Args: <extra arguments>           optional, e.g. Args: --fa_large (the >2^31-element suite)
-#   Static: [REQUIRE <ins>...] [KERNEL <regex>]   for a static (SASS) check instead
-# docs/bug_catalog.md describes each entry; tests/cpu/catalog_test.cpp keeps the two in sync.
-file(GLOB FA_BUG_PATCHES ${CMAKE_SOURCE_DIR}/tests/bugs/*.patch)
-foreach(patch IN LISTS FA_BUG_PATCHES)
-  get_filename_component(stem ${patch} NAME_WE)
-  string(SUBSTRING ${stem} 0 2 nn)
-  string(SUBSTRING ${stem} 3 -1 bug)
-  file(STRINGS ${patch} header REGEX "^(Test|Static):")
-  file(STRINGS ${patch} extra REGEX "^Args:")
-  set(mutant_args)
-  if(extra MATCHES "^Args: *(.+)$")
-    separate_arguments(mutant_args UNIX_COMMAND "${CMAKE_MATCH_1}")
-  endif()
-  if(header MATCHES "^Test: *(.+)$")
-    fa_add_mutant(${nn} ${bug} FILTER "${CMAKE_MATCH_1}" ARGS ${mutant_args})
-  elseif(header MATCHES "^Static:(.*)$")
-    separate_arguments(static_args UNIX_COMMAND "${CMAKE_MATCH_1}")
-    fa_add_mutant(${nn} ${bug} STATIC ${static_args})
-  else()
-    message(FATAL_ERROR "${patch}: the header needs a 'Test: <filter>' or 'Static: ...' line")
-  endif()
-endforeach()
+# fa_add_experiment(<NN> <name> PATCH <patch> FILTER <gtest filter>): a lesson's experiment, e.g.
+# another place for the softmax scale. Built like a mutant, but the ctest case
+# experiment.NN-<name> passes only if the named tests PASS: an experiment is a different correct
+# kernel, and the patch keeps it building as the step changes (its header has Experiment: and Test:).
+function(fa_add_experiment nn name)
+  cmake_parse_arguments(A "" "FILTER;PATCH" "" ${ARGN})
+  fa_step_dir(${nn} dir)
+  file(RELATIVE_PATH rel ${CMAKE_SOURCE_DIR} ${dir})
+  set(root ${CMAKE_BINARY_DIR}/experiments/${nn}-${name})
+  set(src ${root}/${rel}/attention.cu)
+  add_custom_command(OUTPUT ${src}
+    COMMAND ${CMAKE_COMMAND} -DSRC=${dir}/attention.cu -DPATCH=${A_PATCH} -DROOT=${root} -DREL=${rel}
+            -P ${CMAKE_SOURCE_DIR}/cmake/apply_patch.cmake
+    DEPENDS ${dir}/attention.cu ${A_PATCH} ${CMAKE_SOURCE_DIR}/cmake/apply_patch.cmake
+    COMMENT "Building experiment ${nn}-${name}")
+  get_property(step_id GLOBAL PROPERTY FA_BUILD_ID_${nn})
+  file(SHA256 ${A_PATCH} patch_hash)
+  string(SHA256 exp_id "${step_id}\n${patch_hash}\n")
+  string(SUBSTRING ${exp_id} 0 16 exp_id)
+  set_property(DIRECTORY ${CMAKE_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${A_PATCH})
+  set(obj fa_experiment_obj_${nn}_${name})
+  add_library(${obj} OBJECT ${src})
+  target_link_libraries(${obj} PUBLIC fa_library)
+  target_compile_definitions(${obj} PRIVATE FA_BUILD_ID="${exp_id}")
+  set(exe fa_experiment_${nn}_${name})
+  fa_step_test_executable(${exe} ${obj} ${nn})
+  add_test(NAME experiment.${nn}-${name} COMMAND ${exe} --gtest_filter=${A_FILTER})
+  set_tests_properties(experiment.${nn}-${name} PROPERTIES LABELS "gpu;step${nn};experiment"
+                       SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" FAIL_REGULAR_EXPRESSION "PASSED  \\] 0 tests")
+endfunction()
+
+# ---- the catalog: every steps/NN_name/bugs/<bug>.patch is a mutant -----------------------------
+if(FA_SKIP_MUTANTS)
+  message(STATUS "FA_SKIP_MUTANTS=ON: the bug-catalog mutants are not built (the catalog test still runs)")
+else()
+  file(GLOB FA_BUG_PATCHES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/steps/[0-9][0-9]_*/bugs/*.patch)
+  list(SORT FA_BUG_PATCHES)
+  foreach(patch IN LISTS FA_BUG_PATCHES)
+    get_filename_component(bug ${patch} NAME_WE)
+    get_filename_component(bugs_dir ${patch} DIRECTORY)
+    get_filename_component(step_dir ${bugs_dir} DIRECTORY)
+    get_filename_component(folder ${step_dir} NAME)
+    string(SUBSTRING ${folder} 0 2 nn)
+    if(NOT TARGET fa_step${nn})
+      message(WARNING "${folder}/bugs/${bug}.patch: step ${nn} is not built, so neither is this mutant")
+      continue()
+    endif()
+    file(STRINGS ${patch} header REGEX "^(Test|Static):")
+    file(STRINGS ${patch} extra REGEX "^Args:")
+    set(mutant_args)
+    if(extra MATCHES "^Args: *(.+)$")
+      separate_arguments(mutant_args UNIX_COMMAND "${CMAKE_MATCH_1}")
+    endif()
+    if(header MATCHES "^Test: *(.+)$")
+      fa_add_mutant(${nn} ${bug} PATCH ${patch} FILTER "${CMAKE_MATCH_1}" ARGS ${mutant_args})
+    elseif(header MATCHES "^Static:(.*)$")
+      separate_arguments(static_args UNIX_COMMAND "${CMAKE_MATCH_1}")
+      fa_add_mutant(${nn} ${bug} PATCH ${patch} STATIC ${static_args})
+    else()
+      message(FATAL_ERROR "${patch}: the header needs a 'Test: <filter>' or 'Static: ...' line")
+    endif()
+  endforeach()
+endif()
+
+# ---- the lessons' experiments: every steps/NN_name/experiments/<name>.patch ------------------
+if(NOT FA_SKIP_MUTANTS)
+  file(GLOB FA_EXPERIMENT_PATCHES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/steps/[0-9][0-9]_*/experiments/*.patch)
+  list(SORT FA_EXPERIMENT_PATCHES)
+  foreach(patch IN LISTS FA_EXPERIMENT_PATCHES)
+    get_filename_component(name ${patch} NAME_WE)
+    get_filename_component(exp_dir ${patch} DIRECTORY)
+    get_filename_component(step_dir ${exp_dir} DIRECTORY)
+    get_filename_component(folder ${step_dir} NAME)
+    string(SUBSTRING ${folder} 0 2 nn)
+    if(NOT TARGET fa_step${nn})
+      continue()
+    endif()
+    file(STRINGS ${patch} header REGEX "^Test:")
+    if(NOT header MATCHES "^Test: *(.+)$")
+      message(FATAL_ERROR "${patch}: an experiment's header needs a 'Test: <filter>' line")
+    endif()
+    fa_add_experiment(${nn} ${name} PATCH ${patch} FILTER "${CMAKE_MATCH_1}")
+  endforeach()
+endif()
+
+# How run_mutant.sh reads a test program's output (killed, survived, crashed, not run), on
+# made-up programs: no GPU needed.
+add_test(NAME mutant_selftest COMMAND bash ${CMAKE_SOURCE_DIR}/tests/bugs/run_mutant_selftest.sh)
+set_tests_properties(mutant_selftest PROPERTIES LABELS "cpu")
 
 # docs/bug_catalog.md, the patches and the named tests agree (no GPU needed).
 find_package(Python3 COMPONENTS Interpreter REQUIRED)
 add_test(NAME catalog COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/catalog_check.py
          --repo ${CMAKE_SOURCE_DIR} --build ${CMAKE_BINARY_DIR})
 set_tests_properties(catalog PROPERTIES LABELS "cpu")
+# ... and it notices when they do not.
+add_test(NAME catalog_selftest COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/catalog_check.py --selftest
+         --repo ${CMAKE_SOURCE_DIR})
+set_tests_properties(catalog_selftest PROPERTIES LABELS "cpu")

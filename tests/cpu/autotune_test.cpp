@@ -1,18 +1,24 @@
-// The tuner's cache logic (library/autotune.h) and the LSE merge (device/lse_merge.h), on the CPU.
+// The tuner's host logic on the CPU: the key (library/autotune.h), the cache file, the slicing
+// rule and the heuristic of library/tuner.h, a tuner with stand-in launchers; and the LSE merge
+// (device/lse_merge.h).
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
-#include <string>
 
-#include "library/autotune.h"
 #include "device/lse_merge.h"
+#include "library/autotune.h"
+#include "library/tuner.h"
 
 namespace fa {
 namespace {
@@ -22,20 +28,48 @@ autotune::Key sample_key() {
   k.seqlen_q = 4096;
   k.seqlen_kv = 4096;
   k.head_dim = 64;
-  k.batch_heads = 32;
+  k.batch = 2;
+  k.heads_q = 16;
+  k.heads_kv = 4;
   k.causal = "top_left";
   k.gpu = "NVIDIA H200";
   k.build_id = "0123456789abcdef";
   return k;
 }
 
-std::string temp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("fa_autotune_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  auto p = dir / name;
-  std::filesystem::remove(p);
-  return p.string();
+// Sizes and contiguous (B, H, N, D) strides, no tensors: all the key and the tuner's rules read.
+AttentionParams shape(int64_t b, int64_t hq, int64_t hkv, int64_t nq, int64_t nkv, int64_t d) {
+  AttentionParams p;
+  p.batch = b;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.seqlen_q = nq;
+  p.seqlen_kv = nkv;
+  p.head_dim = d;
+  set_bhnd_strides(p);
+  return p;
 }
+
+// A fresh folder of its own under the system's temporary directory, removed afterwards: a test
+// never reads or writes the user's cache, and a second run starts from nothing again.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "fa_autotune_test_XXXXXX").string();
+    if (::mkdtemp(pattern.data())) path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+  bool ok() const { return !path_.empty(); }
+
+ private:
+  std::string path_;
+};
 
 TEST(AutotuneKey, EveryFieldChangesTheKey) {
   const std::string base = sample_key().str();
@@ -47,36 +81,90 @@ TEST(AutotuneKey, EveryFieldChangesTheKey) {
   EXPECT_TRUE(changed([](autotune::Key& k) { k.seqlen_q = 4095; }));
   EXPECT_TRUE(changed([](autotune::Key& k) { k.seqlen_kv = 1; }));
   EXPECT_TRUE(changed([](autotune::Key& k) { k.head_dim = 128; }));
-  EXPECT_TRUE(changed([](autotune::Key& k) { k.batch_heads = 1; }));
+  EXPECT_TRUE(changed([](autotune::Key& k) { k.batch = 1; }));
+  EXPECT_TRUE(changed([](autotune::Key& k) { k.heads_q = 32; }));
+  EXPECT_TRUE(changed([](autotune::Key& k) { k.heads_kv = 16; }));
   EXPECT_TRUE(changed([](autotune::Key& k) { k.causal = "none"; }));
+  EXPECT_TRUE(changed([](autotune::Key& k) { k.dtype = "fp16"; }));
+  EXPECT_TRUE(changed([](autotune::Key& k) { k.layout = "bnhd"; }));
+  EXPECT_TRUE(changed([](autotune::Key& k) { k.lse = true; }));
   EXPECT_TRUE(changed([](autotune::Key& k) { k.gpu = "NVIDIA A100-SXM4-80GB"; }));
   EXPECT_TRUE(changed([](autotune::Key& k) { k.build_id = "fedcba9876543210"; }));  // seed bug #10
   EXPECT_EQ(base.find('\t'), std::string::npos);
 }
 
+TEST(AutotuneKey, ReadsAsOneLine) {
+  EXPECT_EQ(sample_key().str(),
+            "nq=4096 nkv=4096 d=64 b=2 hq=16 hkv=4 causal=top_left dtype=bf16 layout=bhnd lse=0 gpu=NVIDIA H200 "
+            "build=0123456789abcdef");
+  autotune::Key k = sample_key();
+  k.gpu = "a\tb\nc";  // tabs separate the cache file's fields, newlines its lines
+  EXPECT_EQ(k.str().find_first_of("\t\n"), std::string::npos);
+}
+
 TEST(AutotuneKey, ShapeKeyReadsTheParams) {
-  AttentionParams p;
-  p.batch = 2;
-  p.heads_q = 16;
-  p.heads_kv = 4;
-  p.seqlen_q = 100;
-  p.seqlen_kv = 300;
-  p.head_dim = 128;
+  AttentionParams p = shape(2, 16, 4, 100, 300, 128);
   p.causal = true;
   p.causal_align = CausalAlign::bottom_right;
   autotune::Key k = autotune::shape_key(p);
-  EXPECT_EQ(k.batch_heads, 32);
+  EXPECT_EQ(k.batch, 2);
+  EXPECT_EQ(k.heads_q, 16);
+  EXPECT_EQ(k.heads_kv, 4);
   EXPECT_EQ(k.seqlen_q, 100);
   EXPECT_EQ(k.seqlen_kv, 300);
   EXPECT_EQ(k.head_dim, 128);
   EXPECT_EQ(k.causal, "bottom_right");
+  EXPECT_EQ(k.dtype, "bf16");
+  EXPECT_EQ(k.layout, "bhnd");
+  EXPECT_FALSE(k.lse);
   EXPECT_TRUE(k.gpu.empty());
   EXPECT_TRUE(k.build_id.empty());
+  p.causal_align = CausalAlign::top_left;
+  EXPECT_EQ(autotune::shape_key(p).causal, "top_left");
+  p.causal = false;
+  EXPECT_EQ(autotune::shape_key(p).causal, "none");
+}
+
+TEST(AutotuneKey, LayoutClassOfTheStrides) {
+  AttentionParams p = shape(2, 8, 2, 100, 300, 64);
+  EXPECT_STREQ(autotune::layout_class(p), "bhnd");
+  p.q_stride = p.o_stride = bnhd_strides(8, 100, 64);
+  p.k_stride = p.v_stride = bnhd_strides(2, 300, 64);
+  EXPECT_STREQ(autotune::layout_class(p), "bnhd");
+  p.o_stride = bhnd_strides(8, 100, 64);  // the tensors disagree
+  EXPECT_STREQ(autotune::layout_class(p), "strided");
+  p = shape(2, 8, 2, 100, 300, 64);
+  p.k_stride.seq = 72;  // padded rows
+  EXPECT_STREQ(autotune::layout_class(p), "strided");
+}
+
+// Two problems that differ only in H_kv, the layout class, LSE or the build get different keys:
+// a result tuned for one never chooses for the other.
+TEST(AutotuneKey, TunerKeySeparatesHeadsLayoutLseAndBuild) {
+  const tuner::Tuner a(98, "build-a", {}), b(98, "build-b", {});
+  const AttentionParams base = shape(2, 16, 16, 4096, 4096, 128);
+  const std::string key = a.key(base);
+  EXPECT_NE(key.find(" hkv=16 "), std::string::npos) << key;
+  EXPECT_NE(key.find(" layout=bhnd "), std::string::npos) << key;
+  EXPECT_NE(key.find(" lse=0 "), std::string::npos) << key;
+  EXPECT_NE(key.find(" build=build-a"), std::string::npos) << key;
+
+  AttentionParams gqa = shape(2, 16, 4, 4096, 4096, 128);
+  EXPECT_NE(a.key(gqa), key);
+  AttentionParams bnhd = base;
+  bnhd.q_stride = bnhd.o_stride = bnhd.k_stride = bnhd.v_stride = bnhd_strides(16, 4096, 128);
+  EXPECT_NE(a.key(bnhd), key);
+  AttentionParams with_lse = base;
+  float lse_stand_in = 0;
+  with_lse.lse = &lse_stand_in;  // never dereferenced
+  EXPECT_NE(a.key(with_lse), key);
+  EXPECT_NE(b.key(base), key);
+  EXPECT_EQ(a.key(base), key);
 }
 
 TEST(AutotuneKey, HashIsStableAndSensitive) {
   EXPECT_EQ(autotune::hash_hex("abc"), autotune::hash_hex("abc"));
-  EXPECT_NE(autotune::hash_hex("step06.cu Jan  1 2026 10:00:00"), autotune::hash_hex("step06.cu Jan  1 2026 10:00:01"));
+  EXPECT_NE(autotune::hash_hex("attention.cu -O3 sm_90"), autotune::hash_hex("attention.cu -O3 sm_80"));
   EXPECT_EQ(autotune::hash_hex("").size(), 16u);
 }
 
@@ -89,20 +177,29 @@ TEST(AutotuneCache, MemoryOnlyRoundTrip) {
 }
 
 TEST(AutotuneCache, FileSurvivesTheProcessAndLaterLinesWin) {
-  const std::string path = temp_path("nested/dir/autotune.txt");  // folders are created
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("nested/dir/autotune.txt");  // folders are created
   {
     autotune::Cache c(path);
+    EXPECT_FALSE(c.find(sample_key()));
     c.put(sample_key(), "first", 2.0);
     c.put(sample_key(), "second", 1.0);
   }
+  ASSERT_TRUE(std::filesystem::exists(path));
   autotune::Cache again(path);  // a new process, in effect
   ASSERT_TRUE(again.find(sample_key()));
   EXPECT_EQ(*again.find(sample_key()), "second");
+  autotune::Key other = sample_key();
+  other.heads_kv = 16;
+  EXPECT_FALSE(again.find(other));
 }
 
 TEST(AutotuneCache, ResultOfAnotherBuildIsNotReused) {
   // Seed bug #10: timings of an old build of the kernels must not choose for the new build.
-  const std::string path = temp_path("stale.txt");
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("stale.txt");
   autotune::Key old_build = sample_key();
   old_build.build_id = autotune::hash_hex("attention.cu, yesterday");
   autotune::Cache(path).put(old_build, "BLOCK_M=64 BLOCK_N=64 warps=4 stages=2", 0.9);
@@ -114,7 +211,9 @@ TEST(AutotuneCache, ResultOfAnotherBuildIsNotReused) {
 }
 
 TEST(AutotuneCache, IgnoresGarbageLinesAndUnwritablePaths) {
-  const std::string path = temp_path("garbage.txt");
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("garbage.txt");
   {
     std::ofstream f(path);
     f << "not a cache line\n\t\n" << sample_key().str() << "\tgood\t1.0\n";
@@ -125,6 +224,207 @@ TEST(AutotuneCache, IgnoresGarbageLinesAndUnwritablePaths) {
   autotune::Cache nowhere("/proc/definitely/not/writable/autotune.txt");
   nowhere.put(sample_key(), "x", 1.0);  // no throw; kept in memory
   EXPECT_EQ(*nowhere.find(sample_key()), "x");
+}
+
+// ---- the slicing rule ------------------------------------------------------------------------
+
+TEST(TuningSlice, SmallProblemIsTimedWhole) {
+  const AttentionParams p = shape(2, 16, 16, 4096, 4096, 64);
+  ASSERT_LE(tuner::tuning_flops(p), tuner::kTuneBudgetFlops);
+  const AttentionParams s = tuner::tuning_slice(p);
+  EXPECT_EQ(s.batch, 2);
+  EXPECT_EQ(s.heads_q, 16);
+  EXPECT_EQ(s.heads_kv, 16);
+}
+
+TEST(TuningSlice, FlopsAreTheTwoMatmuls) {
+  EXPECT_DOUBLE_EQ(tuner::tuning_flops(shape(2, 16, 4, 1000, 3000, 128)), 4.0 * 2 * 16 * 1000 * 3000 * 128);
+}
+
+TEST(TuningSlice, FewerBatchEntriesFirst) {
+  const AttentionParams p = shape(32, 16, 16, 8192, 8192, 128);  // 1.8e13 FLOPs
+  const AttentionParams s = tuner::tuning_slice(p);
+  EXPECT_EQ(s.batch, 9);  // 9 · 5.5e11 fits in 5e12, 10 does not
+  EXPECT_EQ(s.heads_q, 16);
+  EXPECT_EQ(s.heads_kv, 16);
+  EXPECT_LE(tuner::tuning_flops(s), tuner::kTuneBudgetFlops);
+  // The slice is a view of the caller's tensors: same pointers, same strides.
+  EXPECT_EQ(s.q, p.q);
+  EXPECT_EQ(s.q_stride.batch, p.q_stride.batch);
+  EXPECT_EQ(s.k_stride.head, p.k_stride.head);
+  EXPECT_EQ(s.o_stride.seq, p.o_stride.seq);
+  EXPECT_EQ(s.seqlen_q, p.seqlen_q);
+  EXPECT_EQ(s.seqlen_kv, p.seqlen_kv);
+}
+
+TEST(TuningSlice, LongSequenceGetsFewerHeads) {
+  const AttentionParams p = shape(1, 16, 16, 32768, 32768, 128);  // 8.8e12 FLOPs
+  const AttentionParams s = tuner::tuning_slice(p);
+  EXPECT_EQ(s.batch, 1);
+  EXPECT_EQ(s.heads_q, 9);
+  EXPECT_EQ(s.heads_kv, 9);
+  EXPECT_LE(tuner::tuning_flops(s), tuner::kTuneBudgetFlops);
+}
+
+TEST(TuningSlice, GqaGroupsStayWhole) {
+  const AttentionParams p = shape(4, 32, 8, 32768, 32768, 128);  // groups of 4 query heads
+  const AttentionParams s = tuner::tuning_slice(p);
+  EXPECT_EQ(s.batch, 1);
+  EXPECT_EQ(s.heads_kv, 2);  // a group is 2.2e12 FLOPs: two fit
+  EXPECT_EQ(s.heads_q, 8);
+  EXPECT_EQ(s.heads_q / s.heads_kv, p.heads_q / p.heads_kv);
+  EXPECT_LE(tuner::tuning_flops(s), tuner::kTuneBudgetFlops);
+}
+
+TEST(TuningSlice, OneHeadOverTheBudgetIsTimedAlone) {
+  // 131072 tokens: one head alone is 8.8e12 FLOPs, past the budget; the tuner times that one head
+  // (about 18 ms a run at 500 TFLOP/s) rather than the whole 1.4e14.
+  const AttentionParams p = shape(1, 16, 16, 131072, 131072, 128);
+  const AttentionParams s = tuner::tuning_slice(p);
+  EXPECT_EQ(s.batch, 1);
+  EXPECT_EQ(s.heads_q, 1);
+  EXPECT_EQ(s.heads_kv, 1);
+  EXPECT_LE(tuner::tuning_flops(s), tuner::tuning_flops(p) / 16);
+  // The same problem at a budget one head fits: within the budget.
+  const AttentionParams within = tuner::tuning_slice(p, 2e13);
+  EXPECT_EQ(within.heads_q, 2);
+  EXPECT_LE(tuner::tuning_flops(within), 2e13);
+}
+
+TEST(TuningSlice, OneKvGroupOverTheBudgetKeepsItsQueryHeads) {
+  const AttentionParams p = shape(2, 16, 1, 32768, 32768, 128);  // multi-query attention
+  const AttentionParams s = tuner::tuning_slice(p);
+  EXPECT_EQ(s.batch, 1);
+  EXPECT_EQ(s.heads_kv, 1);
+  EXPECT_EQ(s.heads_q, 16);
+}
+
+// ---- the heuristic ---------------------------------------------------------------------------
+
+tuner::KernelConfig config(int d, int block_m, int block_n, int stages, int smem) {
+  tuner::KernelConfig c;
+  c.head_dim = d;
+  c.block_m = block_m;
+  c.block_n = block_n;
+  c.num_warps = block_m / 16;
+  c.stages = stages;
+  c.smem_bytes = smem;
+  return c;
+}
+
+const std::vector<tuner::KernelConfig> kHeuristicConfigs = {
+    config(64, 64, 64, 3, 56 << 10),
+    config(128, 32, 64, 2, 300 << 10),  // most blocks of all, but fits no GPU of today
+    config(128, 128, 64, 2, 96 << 10),  // the preferred one at D = 128
+    config(128, 64, 64, 2, 64 << 10),
+};
+constexpr int kSms = 132, kSmem = 227 << 10;
+
+TEST(Heuristic, FirstFittingConfigWhenTheGridFillsTheGpu) {
+  // 32 Q tiles of 128 rows × 32 (batch, head) pairs = 1024 blocks >= 2 · 132.
+  const tuner::KernelConfig* c =
+      tuner::pick_heuristic(kHeuristicConfigs, shape(2, 16, 16, 4096, 4096, 128), kSms, kSmem);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c, &kHeuristicConfigs[2]) << c->name();
+  c = tuner::pick_heuristic(kHeuristicConfigs, shape(2, 16, 16, 4096, 4096, 64), kSms, kSmem);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c, &kHeuristicConfigs[0]) << c->name();
+}
+
+TEST(Heuristic, MostBlocksWhenNoConfigFillsTheGpu) {
+  // 8 × 2 = 16 blocks of 128 rows, 16 × 2 = 32 of 64 rows: both below 264; the smaller tile
+  // spreads over more SMs. The 32-row config would have more still, but does not fit.
+  const tuner::KernelConfig* c = tuner::pick_heuristic(kHeuristicConfigs, shape(1, 2, 2, 1024, 1024, 128), kSms, kSmem);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c, &kHeuristicConfigs[3]) << c->name();
+  // Decoding (N_q = 1): one block per (batch, head) for every config: the first of equals.
+  c = tuner::pick_heuristic(kHeuristicConfigs, shape(1, 16, 16, 1, 4096, 128), kSms, kSmem);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c, &kHeuristicConfigs[2]) << c->name();
+}
+
+TEST(Heuristic, ConfigThatDoesNotFitIsSkipped) {
+  // With room for it, the 32-row config gives the most blocks on a small problem.
+  const tuner::KernelConfig* roomy =
+      tuner::pick_heuristic(kHeuristicConfigs, shape(1, 2, 2, 1024, 1024, 128), kSms, 400 << 10);
+  ASSERT_NE(roomy, nullptr);
+  EXPECT_EQ(roomy, &kHeuristicConfigs[1]) << roomy->name();
+  // 80 KiB per block (a smaller GPU): only the 64 KiB config fits, even on a large problem.
+  const tuner::KernelConfig* small =
+      tuner::pick_heuristic(kHeuristicConfigs, shape(2, 16, 16, 4096, 4096, 128), kSms, 80 << 10);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small, &kHeuristicConfigs[3]) << small->name();
+}
+
+TEST(Heuristic, NothingWhenNothingFits) {
+  EXPECT_EQ(tuner::pick_heuristic(kHeuristicConfigs, shape(1, 2, 2, 64, 64, 128), kSms, 0), nullptr);
+  EXPECT_EQ(tuner::pick_heuristic(kHeuristicConfigs, shape(1, 2, 2, 64, 64, 96), kSms, kSmem), nullptr);
+  EXPECT_EQ(tuner::pick_heuristic({}, shape(1, 2, 2, 64, 64, 64), kSms, kSmem), nullptr);
+}
+
+TEST(KernelConfig, NameListsTilesWarpsAndStages) {
+  EXPECT_EQ(config(128, 128, 64, 2, 0).name(), "BLOCK_M=128 BLOCK_N=64 warps=8 stages=2");
+  EXPECT_EQ(config(64, 64, 32, 0, 0).name(), "BLOCK_M=64 BLOCK_N=32 warps=4");  // no pipeline
+}
+
+// ---- a tuner with stand-in launchers (no kernel runs) -------------------------------------------
+
+int g_launches_a = 0, g_launches_b = 0;
+Status launch_a(const AttentionParams&, cudaStream_t) {
+  ++g_launches_a;
+  return Status::Ok();
+}
+Status launch_b(const AttentionParams&, cudaStream_t) {
+  ++g_launches_b;
+  return Status::Ok();
+}
+Status launch_never(const AttentionParams&, cudaStream_t) {
+  ADD_FAILURE() << "a config that does not fit was launched";
+  return Status::Ok();
+}
+
+// Shared memory 0 fits every device (and none); INT_MAX fits none.
+std::vector<tuner::KernelConfig> stand_in_configs() {
+  std::vector<tuner::KernelConfig> list = {config(128, 128, 64, 2, 0), config(128, 64, 64, 2, 0),
+                                           config(128, 16, 64, 2, INT_MAX), config(64, 64, 64, 3, 0)};
+  list[0].launch = &launch_a;
+  list[1].launch = &launch_b;
+  list[2].launch = &launch_never;
+  list[3].launch = &launch_b;
+  return list;
+}
+
+TEST(Tuner, RegistersUntilDestroyed) {
+  EXPECT_EQ(tuner::find_tuner(97), nullptr);
+  {
+    const tuner::Tuner t(97, "some-build", stand_in_configs());
+    EXPECT_EQ(tuner::find_tuner(97), &t);
+    EXPECT_EQ(t.step(), 97);
+    EXPECT_EQ(t.build_id(), "some-build");
+    EXPECT_EQ(t.config_names(128), (std::vector<std::string>{"BLOCK_M=128 BLOCK_N=64 warps=8 stages=2",
+                                                             "BLOCK_M=64 BLOCK_N=64 warps=4 stages=2",
+                                                             "BLOCK_M=16 BLOCK_N=64 warps=1 stages=2"}));
+    EXPECT_EQ(t.config_names(64), (std::vector<std::string>{"BLOCK_M=64 BLOCK_N=64 warps=4 stages=3"}));
+    EXPECT_TRUE(t.config_names(96).empty());
+  }
+  EXPECT_EQ(tuner::find_tuner(97), nullptr);
+}
+
+TEST(Tuner, RunConfigRefusesUnknownAndOversizedConfigs) {
+  const tuner::Tuner t(97, "some-build", stand_in_configs());
+  const AttentionParams p = shape(1, 2, 2, 64, 64, 128);
+  Status unknown = t.run_config(p, "BLOCK_M=7", nullptr);
+  EXPECT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.message(), "step 97 has no config 'BLOCK_M=7' for head dim 128");
+  // Compiled for D = 64 only: unknown at D = 128.
+  EXPECT_FALSE(t.run_config(p, "BLOCK_M=64 BLOCK_N=64 warps=4 stages=3", nullptr).ok());
+  Status too_big = t.run_config(p, "BLOCK_M=16 BLOCK_N=64 warps=1 stages=2", nullptr);
+  EXPECT_FALSE(too_big.ok());
+  EXPECT_NE(too_big.message().find("needs more shared memory"), std::string::npos) << too_big.message();
+  const int before = g_launches_b;
+  Status fits = t.run_config(p, "BLOCK_M=64 BLOCK_N=64 warps=4 stages=2", nullptr);
+  EXPECT_TRUE(fits.ok()) << fits.message();
+  EXPECT_EQ(g_launches_b, before + 1);
 }
 
 // Sets environment variables for one test and restores them afterwards.
@@ -165,6 +465,27 @@ TEST(AutotuneEnv, CachePathAndSwitch) {
   EXPECT_TRUE(autotune::enabled());
   ::unsetenv("FA_AUTOTUNE");
   EXPECT_TRUE(autotune::enabled());
+}
+
+TEST(Tuner, DisabledRunsTheHeuristicWithoutTiming) {
+  EnvGuard guard({"FA_AUTOTUNE"});
+  ::setenv("FA_AUTOTUNE", "0", 1);
+  const tuner::Tuner t(97, "some-build", stand_in_configs());
+  // One block per config on any GPU: the first of equals, the preferred 128-row config.
+  const AttentionParams p = shape(1, 1, 1, 64, 64, 128);
+  const tuner::KernelConfig* h = t.heuristic(p);
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->name(), "BLOCK_M=128 BLOCK_N=64 warps=8 stages=2");
+  EXPECT_EQ(t.describe(p), "BLOCK_M=128 BLOCK_N=64 warps=8 stages=2 (heuristic, FA_AUTOTUNE=0)");
+  const int before = g_launches_a;
+  Status st = t.run(p, nullptr);
+  EXPECT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(g_launches_a, before + 1);
+  // A head dim the step is not compiled for: an error, nothing launched.
+  AttentionParams d96 = shape(1, 1, 1, 64, 64, 96);
+  Status none = t.run(d96, nullptr);
+  EXPECT_FALSE(none.ok());
+  EXPECT_NE(none.message().find("head dim 96"), std::string::npos) << none.message();
 }
 
 // ---- LSE merge ----------------------------------------------------------------------------

@@ -1,30 +1,32 @@
-// Checks every compiled configuration of a tuned step (06, 07) against the reference, not just
-// the ones the tuner happens to pick on the test shapes.
+// Checks every compiled configuration of a tuned step (06 on) against the reference, not just the
+// ones the tuner happens to pick on the test shapes.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "harness/check.h"
 #include "harness/cuda_check.h"
+#include "library/tuner.h"
 #include "tests/gpu/step_suite.h"
 
 namespace fa::testing {
 
-using ConfigNamesFn = std::vector<std::string> (*)(int head_dim);
-using ForwardWithConfigFn = Status (*)(const AttentionParams&, const std::string&, cudaStream_t);
-
-// Ragged sizes, both causal alignments, GQA, (B, N, H, D) layout, more (batch, head) pairs than
-// the grid's y dimension holds: each on every configuration.
-inline void expect_every_config_matches(ConfigNamesFn names, ForwardWithConfigFn run, bool with_lse) {
-  FA_REQUIRE_GPU();
+// The shapes of the sweep: ragged sizes, both causal alignments, fully masked rows, GQA,
+// (B, N, H, D) layout, more (batch, head) pairs than the grid's y dimension holds, and the
+// structured inputs of the shared suite: large logits (an exp without the max overflows) and a
+// long sequence (low-precision softmax state drifts).
+inline std::vector<ProblemShape> config_sweep_shapes(bool with_lse) {
   std::vector<ProblemShape> shapes;
-  auto add = [&](int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nkv, bool causal, CausalAlign a, Layout l) {
+  auto add = [&](int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nkv, bool causal, CausalAlign a, Layout l,
+                 InputKind input = InputKind::random) {
     ProblemShape s;
     s.batch = b, s.heads_q = h, s.heads_kv = hkv, s.seqlen_q = nq, s.seqlen_kv = nkv;
-    s.causal = causal, s.align = a, s.layout = l, s.with_lse = with_lse;
+    s.causal = causal, s.align = a, s.layout = l, s.input = input, s.with_lse = with_lse;
     shapes.push_back(s);
   };
   add(2, 2, 2, 1013, 1024, true, CausalAlign::top_left, Layout::bhnd);
@@ -32,30 +34,62 @@ inline void expect_every_config_matches(ConfigNamesFn names, ForwardWithConfigFn
   add(1, 2, 2, 1000, 300, true, CausalAlign::bottom_right, Layout::bhnd);  // fully masked rows
   add(1, 2, 1, 77, 333, false, CausalAlign::top_left, Layout::bhnd);
   add(1, 65600, 16400, 40, 70, true, CausalAlign::bottom_right, Layout::bhnd);  // B·H past the grid's y limit
+  add(1, 2, 2, 515, 700, false, CausalAlign::top_left, Layout::bhnd, InputKind::large_logits);
+  add(1, 2, 2, 515, 700, true, CausalAlign::top_left, Layout::bhnd, InputKind::large_logits);
+  add(1, 2, 2, 8192, 8192, false, CausalAlign::top_left, Layout::bhnd);
+  add(1, 2, 2, 8192, 8192, true, CausalAlign::top_left, Layout::bhnd);
+  return shapes;
+}
+
+// Every config of `step`'s tuner on every sweep shape, both head dims. A config that does not fit
+// this GPU's shared memory is not run: the test then ends SKIPPED and names it, never passes.
+inline void expect_every_config_matches(const StepInfo& step) {
+  FA_REQUIRE_GPU();
+  const tuner::Tuner* tuner = tuner::find_tuner(step.number);
+  ASSERT_NE(tuner, nullptr) << "step " << step.number << " registers no tuner";
+  const std::vector<ProblemShape> shapes = config_sweep_shapes(step.caps.lse);
+  std::set<std::string> not_run;  // "<config> at D=<d>"
+  int runs = 0;
   for (int d : {64, 128}) {
-    for (const std::string& cfg : names(d)) {
-      for (size_t i = 0; i < shapes.size(); ++i) {
-        ProblemShape s = shapes[i];
-        s.head_dim = d;
-        s.seed = 9000 + 17 * i + d;
-        AttentionProblem prob(s);
-        ReferenceData ref = compute_reference(prob);
+    const std::vector<std::string> configs = tuner->config_names(d);
+    EXPECT_FALSE(configs.empty()) << "no config for head dim " << d;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      ProblemShape s = shapes[i];
+      s.head_dim = d;
+      s.seed = 9000 + 17 * i + size_t(d);
+      AttentionProblem prob(s);
+      ReferenceData ref = compute_reference(prob);
+      const AttentionParams p = prob.params();
+      // run_config launches without validating: the shape must be one the step accepts.
+      const Status valid = validate(p, step.caps);
+      ASSERT_TRUE(valid.ok()) << to_string(s) << ": " << valid.message();
+      for (const std::string& cfg : configs) {
+        const std::string label = cfg + " at D=" + std::to_string(d);
+        if (not_run.count(label)) continue;
         prob.poison_outputs();
-        Status st = run(prob.params(), cfg, nullptr);
-        if (!st.ok() && st.message().find("shared memory") != std::string::npos) {
-          std::cout << "    " << cfg << ": does not fit this GPU, skipped\n";
-          break;
+        const Status st = tuner->run_config(p, cfg, nullptr);
+        if (!st.ok() && st.message().find("needs more shared memory") != std::string::npos) {
+          std::cout << "    NOT RUN: " << label << ": " << st.message() << "\n";
+          not_run.insert(label);
+          continue;
         }
-        ASSERT_TRUE(st.ok()) << cfg << ": " << st.message();
+        ASSERT_TRUE(st.ok()) << cfg << " on " << to_string(s) << ": " << st.message();
         FA_CUDA_CHECK(cudaDeviceSynchronize());
-        CompareResult o = compare(prob.output_bhnd(), ref.o, bf16_tolerance());
+        ++runs;
+        const CompareResult o = compare(prob.output_bhnd(), ref.o, bf16_tolerance());
         EXPECT_TRUE(o.ok) << cfg << " on " << to_string(s) << "\n  O: " << o.summary();
-        if (with_lse) {
-          CompareResult l = compare(prob.lse(), ref.lse, lse_tolerance());
+        if (step.caps.lse) {
+          const CompareResult l = compare(prob.lse(), ref.lse, lse_tolerance());
           EXPECT_TRUE(l.ok) << cfg << " on " << to_string(s) << "\n  LSE: " << l.summary();
         }
       }
     }
+  }
+  std::cout << "    " << runs << " config × shape runs checked\n";
+  if (!not_run.empty()) {
+    std::string names;
+    for (const std::string& n : not_run) names += "\n      " + n;
+    GTEST_SKIP() << not_run.size() << " config(s) do not fit this GPU and were NOT RUN:" << names;
   }
 }
 

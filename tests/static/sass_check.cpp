@@ -164,8 +164,7 @@ TEST(Sass, ForbiddenInstructions) {
     ++matched;
     for (const auto& ins : g_opt.forbid) {
       const int got = count_instruction(k.sass, ins);
-      EXPECT_EQ(got, 0) << k.arch << " " << k.name << " has " << got << " " << ins
-                        << ", which this step must not use yet";
+      EXPECT_EQ(got, 0) << k.arch << " " << k.name << " has " << got << " " << ins << ", which this step must not use";
     }
   }
   EXPECT_GT(matched, 0) << "no kernel matches --kernel=" << g_opt.kernel;
