@@ -49,18 +49,22 @@ run_sanitizer() {
       done
     done
   done
-  # The missing-barrier mutant must be caught by racecheck too (its row reads "hazards found").
+  # The barrier mutants must be caught by racecheck too (their rows read "hazards found"): step
+  # 02's tile overwritten while read, and step 08's ring slot refilled before every warp is done.
   # N_kv = 777 spans many K/V tiles, so the next tile's load can overwrite the one being read.
-  local mutant="$build/fa_mutant_02_missing_barrier"
-  if [ -x "$mutant" ]; then
-    compute-sanitizer --tool racecheck --error-exitcode 99 "$mutant" --gtest_filter='Ragged.B3_H2_N1x777_D64' \
-      >"$logs/san_mutant_02_missing_barrier.log" 2>&1
+  local name mutant filter
+  for name in 02-missing_barrier 08-missing_reuse_barrier; do
+    mutant="$build/fa_mutant_${name/-/_}"
+    filter='Ragged.B3_H2_N1x777_D64'
+    [ -x "$mutant" ] || continue
+    compute-sanitizer --tool racecheck --error-exitcode 99 "$mutant" --gtest_filter="$filter" \
+      >"$logs/san_mutant_${name}.log" 2>&1
     rc=$?
-    errs=$(grep -oE "RACECHECK SUMMARY: [0-9]+" "$logs/san_mutant_02_missing_barrier.log" | grep -oE "[0-9]+" | tail -1)
+    errs=$(grep -oE "RACECHECK SUMMARY: [0-9]+" "$logs/san_mutant_${name}.log" | grep -oE "[0-9]+" | tail -1)
     res="missed (rc=$rc)"
     [ $rc -eq 99 ] && res="hazards found (mutant caught)"
-    echo "02-missing_barrier mutant,racecheck,$res,${errs:-?}" >>"$sanitizer_csv"
-  fi
+    echo "${name} mutant,racecheck,$res,${errs:-?}" >>"$sanitizer_csv"
+  done
 }
 san_pid=
 if [ "${FA_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
