@@ -8,6 +8,8 @@
 # FA_WITH_COMPARE=1 to also run `fa2 bench` (bench_<gpu>.csv and .md) and scripts/compare.py (every
 # step, the default sweeps) into the same results folder — the whole performance picture in one
 # command. A step that fails its check in either, or a provider that disagrees, fails the run.
+# FA_COMPARE_ARGS: extra compare.py arguments, e.g. --baseline old=/path/libfa2_capi.so:7 to time
+# another build's steps in the same run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -93,7 +95,9 @@ if [ "${FA_WITH_COMPARE:-0}" = 1 ]; then
   tail -5 "$results/bench_${slug}.md"
   [ $bench_rc -eq 0 ] || { echo "fa2 bench failed (exit $bench_rc): a step failed its check"; ctest_rc=1; }
   echo "== compare.py"
-  python3 scripts/compare.py --lib "$build/libfa2_capi.so" --out "$results" --commit "$commit" >"$logs/compare.log" 2>&1
+  # shellcheck disable=SC2086
+  python3 scripts/compare.py --lib "$build/libfa2_capi.so" --out "$results" --commit "$commit" ${FA_COMPARE_ARGS:-} \
+    >"$logs/compare.log" 2>&1
   compare_rc=$?
   tail -5 "$logs/compare.log"
   [ $compare_rc -eq 0 ] || { echo "compare.py failed (exit $compare_rc): a provider disagrees or a step failed"; ctest_rc=1; }
