@@ -36,20 +36,25 @@ FA_HD int64_t visible_keys(int64_t i, int64_t n_kv, bool causal, int64_t offset)
 // before the row max, so the max and the sum run over visible keys only. A new mask (a sliding
 // window, a document boundary) is one more policy here; the kernels do not change.
 
+// The policies compare in 32 bits: the tensor-core kernels index query rows and keys with int
+// (N_q, N_kv < 2^30, library/launch_limits.h), so row + offset fits too, and 64-bit compares
+// would double the instructions of every masked tile. The references use causal_visible above.
+
 // Keys past N_kv do not exist: a ragged last K/V tile.
 struct KeyBound {
-  int64_t n_kv;
-  FA_HD bool operator()(int64_t /*row*/, int64_t col) const { return col < n_kv; }
+  int n_kv;
+  FA_HD bool operator()(int /*row*/, int col) const { return col < n_kv; }
 };
 
-// Keys past N_kv, and with `causal` the keys after the diagonal (j > i + offset).
+// Keys past N_kv, and with `causal` the keys after the diagonal (causal_visible's rule).
 struct CausalMask {
-  int64_t n_kv;
+  int n_kv;
   bool causal;
-  int64_t offset;
-  FA_HD bool operator()(int64_t row, int64_t col) const {
-    return col < n_kv && (!causal || causal_visible(row, col, offset));
-  }
+  int offset;  // AttentionParams::causal_offset(), |offset| < 2^30
+  FA_HD CausalMask(int n_kv_, bool causal_, int64_t offset_) : n_kv(n_kv_), causal(causal_), offset(int(offset_)) {}
+  // Bitwise, not short-circuit: both compares are cheap, and branch-free code keeps the per-element
+  // test in predicates instead of materialising each boolean in a register.
+  FA_HD bool operator()(int row, int col) const { return (col < n_kv) & (!causal | (col <= row + offset)); }
 };
 
 // Key/value head read by query head h under grouped-query attention.

@@ -216,13 +216,20 @@ Timings time_candidates(const std::vector<Candidate>& candidates, cudaStream_t s
     if (start) cudaEventDestroy(start);
     return t;
   }
+  // Warm-up: one run each; a candidate that does not launch here (e.g. too much shared memory)
+  // is never the winner.
+  std::vector<bool> alive(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) {
-    if (!candidates[i].run(stream).ok() || cudaStreamSynchronize(stream) != cudaSuccess) {
-      cudaGetLastError();
-      continue;  // does not launch here (e.g. too much shared memory): never the winner
-    }
-    std::vector<double> ms;
-    for (int r = 0; r < reps; ++r) {
+    alive[i] = candidates[i].run(stream).ok() && cudaStreamSynchronize(stream) == cudaSuccess;
+    if (!alive[i]) cudaGetLastError();
+  }
+  // Interleaved rounds, each timing every candidate once: a clock or load change on the shared GPU
+  // then shifts every candidate's samples alike instead of favouring whichever ran in a quiet spell,
+  // which matters because neighbouring configs are often within 1-2% of each other.
+  std::vector<std::vector<double>> ms(candidates.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (!alive[i]) continue;
       cudaEventRecord(start, stream);
       const bool ok = candidates[i].run(stream).ok();
       cudaEventRecord(stop, stream);
@@ -230,13 +237,14 @@ Timings time_candidates(const std::vector<Candidate>& candidates, cudaStream_t s
       if (!ok || cudaEventSynchronize(stop) != cudaSuccess ||
           cudaEventElapsedTime(&elapsed, start, stop) != cudaSuccess) {
         cudaGetLastError();
-        ms.clear();
-        break;
+        alive[i] = false;
+        continue;
       }
-      ms.push_back(elapsed);
+      ms[i].push_back(elapsed);
     }
-    if (ms.empty()) continue;
-    t.median_ms[i] = median(std::move(ms));
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!alive[i] || ms[i].empty()) continue;
+    t.median_ms[i] = median(std::move(ms[i]));
     if (t.best < 0 || t.median_ms[i] < t.median_ms[size_t(t.best)]) t.best = int(i);
   }
   cudaEventDestroy(start);

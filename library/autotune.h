@@ -127,8 +127,9 @@ struct Timings {
   std::vector<double> median_ms;  ///< per candidate; +inf when it failed to launch
 };
 
-/// Runs each candidate once (warm-up; a launch error disqualifies it), then `reps` times, each
-/// timed with CUDA events on `stream`, and picks the smallest median. Synchronises `stream`.
+/// Runs each candidate once (warm-up; a launch error disqualifies it), then `reps` interleaved
+/// rounds that time every candidate once each with CUDA events on `stream`, and picks the
+/// smallest median. Synchronises `stream`.
 /// With FA_AUTOTUNE_VERBOSE=1 prints `label` and every candidate's median to stderr.
 Timings time_candidates(const std::vector<Candidate>& candidates, cudaStream_t stream, int reps = 5,
                         const std::string& label = "");

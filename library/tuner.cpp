@@ -219,7 +219,7 @@ const KernelConfig* Tuner::tune(const AttentionParams& p, const autotune::Key& k
   candidates.reserve(configs.size());
   for (const KernelConfig* c : configs)
     candidates.push_back({c->name(), [c, timed](cudaStream_t s) { return c->launch(timed, s); }});
-  const autotune::Timings timings = autotune::time_candidates(candidates, stream, 5, label);
+  const autotune::Timings timings = autotune::time_candidates(candidates, stream, kTuneRounds, label);
   if (timings.best < 0) return nullptr;
   const KernelConfig* best = configs[size_t(timings.best)];
   file_cache().put(key, best->name(), timings.median_ms[size_t(timings.best)]);

@@ -61,6 +61,9 @@ struct KernelConfig {
 /// whole problem: about 10 ms per timed run at 500 TFLOP/s.
 constexpr double kTuneBudgetFlops = 5e12;
 
+/// Timed rounds per tuning (each times every fitting config once, after one warm-up run each).
+constexpr int kTuneRounds = 7;
+
 /// The FLOPs the tuner budgets for one call: 4·B·H_q·N_q·N_kv·D (the two matmuls, causal or not).
 double tuning_flops(const AttentionParams& params);
 
