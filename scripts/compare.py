@@ -143,6 +143,15 @@ def build_sweep(args):
     return shapes
 
 
+def write_pair(res, env, args, prefix):
+    old, _, new = args.pair.partition(",")
+    path = args.pair_out or f"{prefix}_{new}_vs_{old}.md".replace("@", "_at_")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(pair_report(res, env, old.strip(), new.strip()))
+    log(f"[compare] wrote {path}")
+    return 0
+
+
 def parse_baseline(spec):
     """'TAG=PATH:STEPS' (e.g. old=/tmp/old/build/libfa2_capi.so:7) -> (tag, path, [step numbers])."""
     tag, sep, rest = spec.partition("=")
@@ -795,6 +804,36 @@ def n_label(n):
     return f"{n // 1024}k" if n % 1024 == 0 else str(n)
 
 
+def pair_report(res, env, old, new, reference_n=(1024, 4096, 16384)):
+    """Markdown: provider `new` against provider `old` (e.g. a rewritten step against the build it
+    replaces) on every measured shape, with the ratio of their TFLOP/s and each one's config; the
+    shapes of the 16k-token family at `reference_n` (the course's reference shapes) are marked."""
+    missing = [pid for pid in (old, new) if pid not in res.providers]
+    if missing:
+        raise SystemExit(f"compare.py: --pair: no provider {missing} in these results; "
+                         f"providers: {', '.join(res.providers)}")
+    L = [f"# {res.label(new)} against {res.label(old)} — {env['gpu']}", "",
+         f"Measured in one run (commit `{env['commit']}`, {env['date']}) on the same tensors, L2 flushed "
+         "between runs, median of each repeat's median; ratio = TFLOP/s of the first column over the "
+         "second. ★ marks the 12 reference shapes (B·N = 16k tokens, H·D = 2048, N ∈ {1k, 4k, 16k}).", "",
+         f"| shape | {res.label(new)} | {res.label(old)} | ratio | config ({res.label(new)}) | config ({res.label(old)}) |",
+         "|---|---|---|---|---|---|"]
+    worst = None
+    for fam, B, H, N, D, causal in res.shapes():
+        a, b = res.get(new, fam, B, H, N, D, causal), res.get(old, fam, B, H, N, D, causal)
+        star = " ★" if fam == "16k-tokens" and N in reference_n else ""
+        label = f"B={B} H={H} N={n_label(N)} D={D}{' causal' if causal else ''}{star}"
+        r = ratio(a, b)
+        if star and a and b and a["status"] == b["status"] == "ok":
+            q = a["tflops"] / b["tflops"]
+            worst = q if worst is None else min(worst, q)
+        cfg = lambda pt: (pt or {}).get("config", "") or ""
+        L.append(f"| {label} | {cell(a)} | {cell(b)} | {r} | {cfg(a)} | {cfg(b)} |")
+    if worst is not None:
+        L += ["", f"Lowest ratio on the reference shapes: {worst:.3f}."]
+    return "\n".join(L) + "\n"
+
+
 def markdown_report(res, env, args, plots):
     L = []
     L.append(f"# Attention forward: course steps vs PyTorch SDPA and Triton — {env['gpu']}")
@@ -1278,6 +1317,10 @@ def main(argv=None):
     ap.add_argument("--steps", help="comma-separated step numbers, or 'none' (default: every step)")
     ap.add_argument("--baseline", action="append", metavar="TAG=PATH:STEPS",
                     help="also time steps STEPS of another build's libfa2_capi.so, labelled @TAG (repeatable)")
+    ap.add_argument("--pair", metavar="OLD,NEW",
+                    help="with --from-csv: a table of provider NEW against OLD (ids as in the CSV, e.g. "
+                         "step07@0e4c464,step08) instead of the plots and README block")
+    ap.add_argument("--pair-out", metavar="MD", help="where --pair writes (default: next to the CSV)")
     ap.add_argument("--skip-providers", help="comma-separated: sdpa_flash,sdpa_cudnn,sdpa_efficient,triton_fa2")
     ap.add_argument("--n", help="sequence lengths, e.g. 1024,4096 (replaces the default sweep)")
     ap.add_argument("--d", help="head dims, e.g. 64,128")
@@ -1332,6 +1375,8 @@ def main(argv=None):
         env = {"gpu": rows[0]["gpu"], "commit": rows[0]["commit"], "date": rows[0]["date"]}
         res = Results(rows)
         prefix = os.path.splitext(args.from_csv)[0]
+        if args.pair:
+            return write_pair(res, env, args, prefix)
         plots = write_plots(res, env, prefix)
         for p in plots + [write_readme(res, env, args, prefix, plots)]:
             if p:

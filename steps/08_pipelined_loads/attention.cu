@@ -14,8 +14,9 @@
 //    shared memory; ldmatrix stays free of bank conflicts (device/ptx/swizzle.h).
 //  - STAGES joins BLOCK_M and BLOCK_N in the Config; the tuner's list pairs tile sizes with
 //    pipeline depths (two or three K/V tiles in flight).
-// What it costs: STAGES K/V buffers of shared memory instead of one. What it buys: the loads of
-// the next tiles hide behind the tensor-core work of this one (README.md has the measured gain).
+// What it costs: STAGES K/V buffers of shared memory instead of one. What it buys, measured on an
+// H200 at N = 4096 (B·N = 16k, H·D = 2048): 1.33–1.51× over step 07 with the same instructions,
+// e.g. 221 → 300 TFLOP/s at D = 64 and 211 → 310 at D = 128 (README.md).
 #include <cuda_bf16.h>
 
 #include <algorithm>
