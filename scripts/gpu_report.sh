@@ -55,7 +55,9 @@ run_sanitizer() {
   # 02's tile overwritten while read, and step 08's ring slot refilled before every warp is done.
   # N_kv = 777 spans many K/V tiles, so the next tile's load can overwrite the one being read.
   local name mutant filter
-  for name in 02-missing_barrier 08-missing_reuse_barrier; do
+  # The other two pipeline mutants are racechecked too, as a measurement: whether racecheck sees
+  # a copy still landing (wait depth) or one landing in the slot being read (ring index).
+  for name in 02-missing_barrier 08-missing_reuse_barrier 08-wait_depth 08-ring_off_by_one; do
     mutant="$build/fa_mutant_${name/-/_}"
     filter='Ragged.B3_H2_N1x777_D64'
     [ -x "$mutant" ] || continue
