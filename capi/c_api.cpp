@@ -125,20 +125,22 @@ int fa_validate(int step, const fa_attention_params* p, char* err, size_t err_le
   }
 }
 
+// `buf` receives a description or nothing: an error is never written where a caller expects a
+// configuration name (the code says what went wrong; fa_validate says why).
 int fa_step_describe(int step, const fa_attention_params* p, char* buf, size_t buf_len) {
+  write_message(buf, buf_len, "");
   try {
     std::string why;
     const fa::StepInfo* info = lookup(step, why);
-    if (!info) return fail(buf, buf_len, FA_ERROR_INVALID, why);
+    if (!info) return FA_ERROR_INVALID;
     fa::AttentionParams params;
     why = convert(p, params);
-    if (!why.empty()) return fail(buf, buf_len, FA_ERROR_INVALID, why);
+    if (!why.empty()) return FA_ERROR_INVALID;
     write_message(buf, buf_len, fa::describe_config(*info, params));
     return FA_OK;
-  } catch (const std::exception& e) {
-    return fail(buf, buf_len, FA_ERROR_RUNTIME, e.what());
   } catch (...) {
-    return fail(buf, buf_len, FA_ERROR_RUNTIME, "unknown exception");
+    write_message(buf, buf_len, "");
+    return FA_ERROR_RUNTIME;
   }
 }
 

@@ -124,13 +124,15 @@ FA_CAPI_EXPORT int fa_step_info(int index, int* number, const char** name, const
 /// @brief Checks whether step `step` (its number) accepts `p`, without touching the GPU.
 ///
 /// Runs the same validation the step runs first (pointers, sizes, head dim, causal, LSE, strides,
-/// alignment). Use it to tell "this step does not support the shape" apart from a real failure.
+/// alignment, and that O and LSE share no byte with Q, K or V). Use it to tell "this step does not support the shape"
+/// apart from a real failure.
 /// @return 0 when the step would accept `p`; FA_ERROR_INVALID or FA_ERROR_UNSUPPORTED (with the
 /// reason in `err`) otherwise.
 FA_CAPI_EXPORT int fa_validate(int step, const fa_attention_params* p, char* err, size_t err_len);
 
 /// @brief Writes into `buf` the kernel configuration step `step` uses for `p` (e.g. its tile sizes),
-/// or the empty string when the step does not describe itself.
+/// or the empty string when the step does not describe itself. On failure `buf` holds the empty
+/// string, never an error message (fa_validate gives the reason).
 /// @return 0, or FA_ERROR_INVALID for an unknown step or malformed `p`.
 FA_CAPI_EXPORT int fa_step_describe(int step, const fa_attention_params* p, char* buf, size_t buf_len);
 

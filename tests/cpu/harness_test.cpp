@@ -86,11 +86,13 @@ TEST(Mask, VisibleKeysAndDirection) {
   EXPECT_EQ(cdiv(1013, 64), 16);
 }
 
+// Stand-in addresses 2^40 bytes apart (never dereferenced): the tensors must not overlap.
 AttentionParams valid_params() {
-  alignas(16) static char buf[64];
   AttentionParams p;
-  p.q = p.k = p.v = buf;
-  p.o = buf;
+  p.q = reinterpret_cast<const void*>(uintptr_t(1) << 40);
+  p.k = reinterpret_cast<const void*>(uintptr_t(2) << 40);
+  p.v = reinterpret_cast<const void*>(uintptr_t(3) << 40);
+  p.o = reinterpret_cast<void*>(uintptr_t(4) << 40);
   p.batch = 1;
   p.heads_q = p.heads_kv = 2;
   p.seqlen_q = p.seqlen_kv = 17;
@@ -115,6 +117,12 @@ TEST(Validate, AcceptsValidAndRefusesEachBadInputWithAMessage) {
       {"lse", [](AttentionParams& p) { p.lse = reinterpret_cast<float*>(16); }, "LSE"},
       {"align", [](AttentionParams& p) { p.q = static_cast<const char*>(p.q) + 2; }, "aligned"},
       {"stride", [](AttentionParams& p) { p.o_stride.dim = 3; }, "unit stride"},
+      // 2^32 + 64 truncates to 64 in 32 bits; the check is in 64.
+      {"D past int", [](AttentionParams& p) { p.head_dim = (int64_t(1) << 32) + 64; }, "head dim"},
+      {"o is q", [](AttentionParams& p) { p.o = const_cast<void*>(p.q); }, "o overlaps"},
+      {"o in k", [](AttentionParams& p) { p.o = static_cast<char*>(const_cast<void*>(p.k)) + 64; }, "o overlaps"},
+      {"o zero head stride", [](AttentionParams& p) { p.o_stride.head = 0; }, "zero head"},
+      {"o negative stride", [](AttentionParams& p) { p.o_stride.seq = -64; }, ">= 0"},
   };
   for (const Case& c : cases) {
     AttentionParams p = valid_params();
@@ -123,6 +131,36 @@ TEST(Validate, AcceptsValidAndRefusesEachBadInputWithAMessage) {
     EXPECT_FALSE(st.ok()) << c.what;
     EXPECT_NE(st.message().find(c.expect), std::string::npos) << c.what << ": " << st.message();
   }
+}
+
+TEST(Validate, LseMustBeAlignedAndSeparate) {
+  Capabilities caps;
+  caps.lse = true;
+  AttentionParams p = valid_params();
+  p.lse = reinterpret_cast<float*>(uintptr_t(5) << 40);
+  EXPECT_TRUE(validate(p, caps).ok()) << validate(p, caps).message();
+  p.lse = reinterpret_cast<float*>((uintptr_t(5) << 40) + 2);
+  EXPECT_NE(validate(p, caps).message().find("4-byte aligned"), std::string::npos);
+  p.lse = static_cast<float*>(p.o);
+  EXPECT_NE(validate(p, caps).message().find("lse overlaps"), std::string::npos);
+}
+
+TEST(Validate, BroadcastInputsAndSizeOneDimsAreAccepted) {
+  Capabilities caps;
+  AttentionParams p = valid_params();
+  p.batch = 2;
+  set_bhnd_strides(p);
+  p.k_stride.batch = p.v_stride.batch = 0;  // one K/V for both batch entries
+  EXPECT_TRUE(validate(p, caps).ok()) << validate(p, caps).message();
+  p = valid_params();
+  p.batch = 1;
+  p.q_stride.batch = p.k_stride.batch = p.v_stride.batch = p.o_stride.batch = -5;  // never used
+  EXPECT_TRUE(validate(p, caps).ok()) << validate(p, caps).message();
+  p = valid_params();
+  p.batch = 2;
+  set_bhnd_strides(p);
+  p.o_stride.batch = 0;  // the output may not broadcast
+  EXPECT_NE(validate(p, caps).message().find("zero batch stride"), std::string::npos);
 }
 
 TEST(Validate, TensorSizeLimit) {

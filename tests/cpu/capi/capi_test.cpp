@@ -12,12 +12,19 @@ namespace {
 
 // A well-formed call on a contiguous (B, H, N, D) problem with stand-in, 16-byte aligned pointers.
 // Every test below breaks one thing, so validation must fail before the pointers are touched.
+// The stand-in addresses are 2^44 bytes apart, so the tensors do not overlap (validation refuses
+// an O that overlaps an input); nothing ever dereferences them.
+void* stand_in(uintptr_t slot) {
+  return reinterpret_cast<void*>(slot << 44);
+}
+
 fa_attention_params valid_params(int64_t head_dim = 64) {
-  alignas(16) static char dummy[64];
   fa_attention_params p;
   std::memset(&p, 0, sizeof p);
-  p.q = p.k = p.v = dummy;
-  p.o = dummy;
+  p.q = stand_in(1);
+  p.k = stand_in(2);
+  p.v = stand_in(3);
+  p.o = stand_in(4);
   p.batch = 2;
   p.heads_q = p.heads_kv = 4;
   p.seqlen_q = p.seqlen_kv = 128;
@@ -145,13 +152,58 @@ TEST(CApi, MessagesAreTruncatedAndTerminated) {
   EXPECT_NE(fa_forward(first_step_number(), &p, nullptr, nullptr, 0), FA_OK);
 }
 
-// Only the error paths: describing a real step may consult a step's tuner, which needs a GPU.
-TEST(CApi, DescribeRejectsUnknownStepAndNullParams) {
+// Only the error paths: describing a real step may consult a step's tuner, which needs a GPU. A
+// caller prints what describe writes as a configuration name, so a failure leaves it empty.
+TEST(CApi, DescribeRejectsUnknownStepAndNullParamsWithoutWritingAnError) {
   fa_attention_params p = valid_params();
-  char buf[128] = {};
+  char buf[128] = "stale";
   EXPECT_EQ(fa_step_describe(987, &p, buf, sizeof buf), FA_ERROR_INVALID);
-  EXPECT_NE(std::string(buf).find("unknown step 987"), std::string::npos) << buf;
+  EXPECT_STREQ(buf, "");
+  std::strcpy(buf, "stale");
   EXPECT_EQ(fa_step_describe(first_step_number(), nullptr, buf, sizeof buf), FA_ERROR_INVALID);
+  EXPECT_STREQ(buf, "");
+}
+
+// The rules of fa::validate, through the C interface: each refusal is FA_ERROR_UNSUPPORTED with a
+// message, before anything touches the GPU.
+TEST(CApi, RefusesWhatTheLibraryRefuses) {
+  struct Case {
+    const char* what;
+    void (*spoil)(fa_attention_params&);
+    const char* expect;
+  } cases[] = {
+      // 2^32 + 64 is 64 after truncation to 32 bits: it must still be refused.
+      {"head dim past int", [](fa_attention_params& p) { p.head_dim = (int64_t(1) << 32) + 64; }, "head dim"},
+      {"o aliases q", [](fa_attention_params& p) { p.o = const_cast<void*>(p.q); }, "o overlaps"},
+      {"o overlaps v's last row",
+       [](fa_attention_params& p) { p.o = static_cast<char*>(const_cast<void*>(p.v)) + 2 * (2 * 4 * 128 * 64 - 64); },
+       "o overlaps"},
+      {"o zero seq stride", [](fa_attention_params& p) { p.strides[FA_TENSOR_O][FA_AXIS_SEQ] = 0; }, "zero sequence"},
+      {"lse misaligned", [](fa_attention_params& p) { p.lse = reinterpret_cast<float*>(uintptr_t(5) << 44 | 2); },
+       "4-byte aligned"},
+  };
+  for (const Case& c : cases) {
+    fa_attention_params p = valid_params();
+    c.spoil(p);
+    char err[256] = {};
+    // Step 07 writes LSE, so an LSE pointer is judged rather than refused outright.
+    EXPECT_EQ(fa_validate(7, &p, err, sizeof err), FA_ERROR_UNSUPPORTED) << c.what;
+    EXPECT_NE(std::string(err).find(c.expect), std::string::npos) << c.what << ": " << err;
+  }
+}
+
+// Inputs may broadcast (a stride of 0) and a dimension of size 1 may have any stride: both are
+// what PyTorch hands over for expanded or unsqueezed tensors.
+TEST(CApi, AcceptsBroadcastInputsAndAnyStrideOnSizeOneDims) {
+  fa_attention_params p = valid_params();
+  p.strides[FA_TENSOR_K][FA_AXIS_BATCH] = 0;  // one K, V for every batch entry
+  p.strides[FA_TENSOR_V][FA_AXIS_BATCH] = 0;
+  char err[256] = {};
+  EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_OK) << err;
+  p = valid_params();
+  p.batch = 1;
+  for (int t = 0; t < 4; ++t) p.strides[t][FA_AXIS_BATCH] = 3;  // never stepped along
+  EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_OK) << err;
 }
 
 }  // namespace
