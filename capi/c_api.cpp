@@ -150,7 +150,8 @@ int fa_forward(int step, const fa_attention_params* p, void* stream, char* err, 
     const fa::StepInfo* info = nullptr;
     if (int rc = prepare(step, p, params, info, err, err_len); rc != FA_OK) return rc;
     fa::Status st = info->forward(params, static_cast<cudaStream_t>(stream));
-    if (!st.ok()) return fail(err, err_len, FA_ERROR_RUNTIME, st.message());
+    // A refusal is UNSUPPORTED whichever check made it; RUNTIME is kept for CUDA failures.
+    if (!st.ok()) return fail(err, err_len, st.unsupported() ? FA_ERROR_UNSUPPORTED : FA_ERROR_RUNTIME, st.message());
     return FA_OK;
   } catch (const std::exception& e) {
     return fail(err, err_len, FA_ERROR_RUNTIME, e.what());

@@ -242,21 +242,22 @@ const KernelConfig* Tuner::choose(const AttentionParams& p, cudaStream_t stream)
 Status Tuner::run(const AttentionParams& p, cudaStream_t stream) const {
   const KernelConfig* c = choose(p, stream);
   if (!c)
-    return Status::Error(step_label() + " has no kernel configuration for head dim " + std::to_string(p.head_dim) +
-                         " that fits this GPU's shared memory per block (" +
-                         std::to_string(autotune::current_max_smem_optin()) + " bytes)");
+    return Status::Unsupported(step_label() + " has no kernel configuration for head dim " +
+                               std::to_string(p.head_dim) + " that fits this GPU's shared memory per block (" +
+                               std::to_string(autotune::current_max_smem_optin()) + " bytes)");
   return c->launch(p, stream);
 }
 
 Status Tuner::run_config(const AttentionParams& p, const std::string& name, cudaStream_t stream) const {
   const KernelConfig* c = find_config(p.head_dim, name);
   if (!c)
-    return Status::Error(step_label() + " has no config '" + name + "' for head dim " + std::to_string(p.head_dim));
+    return Status::Unsupported(step_label() + " has no config '" + name + "' for head dim " +
+                               std::to_string(p.head_dim));
   const int smem_limit = autotune::current_max_smem_optin();
   if (c->smem_bytes > smem_limit)
-    return Status::Error("config '" + name + "' of " + step_label() + " needs more shared memory (" +
-                         std::to_string(c->smem_bytes) + " bytes per block) than this GPU allows (" +
-                         std::to_string(smem_limit) + " bytes)");
+    return Status::Unsupported("config '" + name + "' of " + step_label() + " needs more shared memory (" +
+                               std::to_string(c->smem_bytes) + " bytes per block) than this GPU allows (" +
+                               std::to_string(smem_limit) + " bytes)");
   return c->launch(p, stream);
 }
 

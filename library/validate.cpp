@@ -42,7 +42,7 @@ bool overlaps(const void* a, u128 a_bytes, const void* b, u128 b_bytes) {
 }  // namespace
 
 Status validate(const AttentionParams& p, const Capabilities& caps) {
-  auto fail = [](const std::string& m) { return Status::Error("invalid attention input: " + m); };
+  auto fail = [](const std::string& m) { return Status::Unsupported("invalid attention input: " + m); };
   if (!p.q || !p.k || !p.v || !p.o) return fail("q, k, v and o must be non-null device pointers");
   if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.seqlen_q < 1 || p.seqlen_kv < 1)
     return fail("B, H_q, H_kv, N_q and N_kv must all be >= 1 (got B=" + std::to_string(p.batch) +
@@ -102,6 +102,14 @@ Status validate(const AttentionParams& p, const Capabilities& caps) {
         overlaps(p.lse, lse_bytes, p.k, k_bytes) || overlaps(p.lse, lse_bytes, p.v, v_bytes))
       return fail("lse overlaps q, k, v or o: it must be a separate buffer");
   }
+  // Launch limits of the step's kernels, here rather than in its launcher, so that fa_validate
+  // accepts exactly what forward accepts.
+  if (caps.max_seqlen > 0 && (p.seqlen_q > caps.max_seqlen || p.seqlen_kv > caps.max_seqlen))
+    return fail("N_q and N_kv must be at most " + std::to_string(caps.max_seqlen) + " for this step (got N_q=" +
+                std::to_string(p.seqlen_q) + ", N_kv=" + std::to_string(p.seqlen_kv) + ")");
+  if (caps.max_batch_heads > 0 && p.batch * p.heads_q > caps.max_batch_heads)
+    return fail("B·H_q must be at most " + std::to_string(caps.max_batch_heads) + " for this step (got " +
+                std::to_string(p.batch * p.heads_q) + ")");
   if (caps.max_tensor_elements > 0) {
     int64_t largest = std::max(p.batch * p.heads_q * p.seqlen_q, p.batch * p.heads_kv * p.seqlen_kv) * p.head_dim;
     if (largest > caps.max_tensor_elements)

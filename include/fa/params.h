@@ -104,18 +104,23 @@ class Status {
  public:
   /// @brief A successful status.
   static Status Ok() { return Status(); }
-  /// @brief A failed status carrying `message`.
-  static Status Error(std::string message) { return Status(std::move(message)); }
+  /// @brief A failed status carrying `message`: something went wrong while running (a CUDA call).
+  static Status Error(std::string message) { return Status(std::move(message), false); }
+  /// @brief A refusal: the input is outside what the step supports, and nothing was run or written.
+  static Status Unsupported(std::string message) { return Status(std::move(message), true); }
 
   /// @brief True when the call succeeded.
   bool ok() const { return ok_; }
+  /// @brief True for a refusal of the input (Unsupported), false for success or a runtime error.
+  bool unsupported() const { return unsupported_; }
   /// @brief Why the call failed; empty on success.
   const std::string& message() const { return message_; }
 
  private:
   Status() = default;
-  explicit Status(std::string message) : ok_(false), message_(std::move(message)) {}
+  Status(std::string message, bool unsupported) : ok_(false), unsupported_(unsupported), message_(std::move(message)) {}
   bool ok_ = true;
+  bool unsupported_ = false;
   std::string message_;
 };
 

@@ -21,6 +21,10 @@ struct Capabilities {
   bool tensor_cores = false;            ///< its matmuls run on tensor cores (informational)
   /// Largest element count of any one tensor the step indexes correctly (0: no limit).
   int64_t max_tensor_elements = 0;
+  /// Largest N_q and N_kv the step's kernels index (0: no limit), e.g. 32-bit row indices.
+  int64_t max_seqlen = 0;
+  /// Largest B·H_q the step's grid spreads (0: no limit).
+  int64_t max_batch_heads = 0;
 };
 
 /// @brief Signature of every step's forward function. Runs asynchronously on `stream`.

@@ -143,6 +143,8 @@ const Capabilities kCaps = [] {
   c.lse = false;
   c.gqa = true;
   c.tensor_cores = true;
+  c.max_seqlen = kTileMaxSeqlen;           // 32-bit row indices
+  c.max_batch_heads = kTileMaxBatchHeads;  // B·H_q over the grid's y and z
   return c;
 }();
 
@@ -150,7 +152,6 @@ const Capabilities kCaps = [] {
 
 Status forward(const AttentionParams& p, cudaStream_t stream) {
   if (Status st = validate(p, kCaps); !st.ok()) return st;
-  if (Status st = check_tile_limits(p, BLOCK_M); !st.ok()) return st;
   return p.head_dim == 64 ? launch<64>(p, stream) : launch<128>(p, stream);
 }
 

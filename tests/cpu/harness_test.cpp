@@ -163,6 +163,25 @@ TEST(Validate, BroadcastInputsAndSizeOneDimsAreAccepted) {
   EXPECT_NE(validate(p, caps).message().find("zero batch stride"), std::string::npos);
 }
 
+// The launch limits are capabilities, so validate (and through it fa_validate) refuses exactly
+// what a step's launcher cannot run; a refusal is Unsupported, not a runtime error.
+TEST(Validate, LaunchLimitsAreCapabilities) {
+  Capabilities caps;
+  caps.max_seqlen = 100;
+  caps.max_batch_heads = 3;
+  AttentionParams p = valid_params();
+  EXPECT_TRUE(validate(p, caps).ok());
+  p.seqlen_kv = 101;
+  Status st = validate(p, caps);
+  EXPECT_TRUE(st.unsupported());
+  EXPECT_NE(st.message().find("at most 100"), std::string::npos) << st.message();
+  p = valid_params();
+  p.batch = 2;  // B·H_q = 4
+  set_bhnd_strides(p);
+  EXPECT_NE(validate(p, caps).message().find("B·H_q must be at most 3"), std::string::npos);
+  EXPECT_FALSE(Status::Error("cudaMalloc failed").unsupported());
+}
+
 TEST(Validate, TensorSizeLimit) {
   Capabilities caps;
   caps.max_tensor_elements = int64_t(1) << 31;

@@ -192,6 +192,21 @@ TEST(CApi, RefusesWhatTheLibraryRefuses) {
   }
 }
 
+// A step's launch limits are part of its validation: fa_validate and fa_forward refuse the same
+// input, both with FA_ERROR_UNSUPPORTED, before any CUDA call (so this runs without a GPU).
+TEST(CApi, LaunchLimitsAreRefusedByValidateAndForwardAlike) {
+  fa_attention_params p = valid_params();
+  p.seqlen_q = int64_t(1) << 30;  // past the 32-bit row indices of the tensor-core steps
+  for (int t = 0; t < 4; ++t) {
+    p.strides[t][FA_AXIS_HEAD] = p.seqlen_q * 64;
+    p.strides[t][FA_AXIS_BATCH] = 4 * p.seqlen_q * 64;
+  }
+  char err[256] = {};
+  EXPECT_EQ(fa_validate(4, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("at most"), std::string::npos) << err;
+  EXPECT_EQ(fa_forward(4, &p, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED) << err;
+}
+
 // Inputs may broadcast (a stride of 0) and a dimension of size 1 may have any stride: both are
 // what PyTorch hands over for expanded or unsqueezed tensors.
 TEST(CApi, AcceptsBroadcastInputsAndAnyStrideOnSizeOneDims) {
