@@ -55,6 +55,30 @@ def mutant_symptoms(path):
     return out
 
 
+def printed_measurements(path):
+    """Lines a test prints as a measurement, `    <what>: <value> ...` (e.g. the tuner's host cost per
+    call), with the test that printed them: the numbers a lesson quotes from a test run."""
+    import xml.etree.ElementTree as ET
+    out = []
+    if not os.path.exists(path):
+        return out
+    pat = re.compile(r"^ {4}((?:host cost per call|first call): .*)$", re.M)
+    for case in ET.parse(path).getroot().iter("testcase"):
+        text = "".join(e.text or "" for e in case.iter("system-out"))
+        for m in pat.finditer(text):
+            out.append((case.get("name", ""), m.group(1).strip().replace("|", "\\|")))
+    return out
+
+
+def measurements_section(path):
+    rows = printed_measurements(path)
+    if not rows:
+        return []
+    lines = ["## Measurements printed by the tests\n", "| test | measurement |", "|---|---|"]
+    lines += [f"| `{name}` | {text} |" for name, text in sorted(rows)]
+    return lines + [""]
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ("logs", "out", "slug", "gpu", "commit", "ctest-rc"):
@@ -109,6 +133,7 @@ def main():
                 res = f"**{verdict}**"
             lines.append(f"| `{n[4:]}` | {res} | {text} |")
     lines.append("")
+    lines += measurements_section(os.path.join(logs, "ctest.xml"))
     san = os.path.join(logs, "sanitizer.csv")
     if os.path.exists(san):
         rows = list(csv.DictReader(open(san)))
