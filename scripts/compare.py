@@ -854,6 +854,11 @@ def markdown_report(res, env, args, plots):
              f"{RTOL:g}·\\|ref\\|, ‖out − ref‖/‖ref‖ ≤ {MAX_REL_NORM:g}, no NaN/Inf; LSE within {LSE_ATOL:g} + "
              f"{LSE_RTOL:g}·\\|ref\\| |")
     L.append(f"| produced by | `python3 scripts/compare.py {' '.join(args.argv)}`".rstrip() + " |")
+    spreads = sorted((pt["spread"], pt["label"], s) for (_, *s), pt in res.points.items() if "spread" in pt)
+    if spreads:
+        worst, label, (fam, B, H, N, D, causal) = spreads[-1]
+        L.append(f"| spread between repeats | median {100 * spreads[len(spreads) // 2][0]:.1f} %, largest "
+                 f"{100 * worst:.1f} % ({label}, B={B} H={H} N={n_label(N)} D={D}{' causal' if causal else ''}) |")
     L.append("")
     L.append("## Physical limits, measured in the same run")
     L.append("")

@@ -77,6 +77,11 @@ if [ "${FA_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null
   san_pid=$!
 fi
 
+# The SM clock while the GPU work runs (not the idle clock before or after it), every 500 ms, for
+# the report; stopped once the ladder is done.
+nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits -lms 500 >"$logs/clocks.txt" 2>/dev/null &
+clock_pid=$!
+
 echo "== tests"
 (cd "$build" && ctest -j 8 --timeout 900 --output-on-failure --output-junit "$logs/ctest.xml") >"$logs/ctest.log" 2>&1
 ctest_rc=$?
@@ -89,6 +94,8 @@ echo "== ladder"
 "$build/fa2" ladder --csv "$logs/ladder_d64.csv" --d 64 ${FA_LADDER_ARGS:-} 2>"$logs/ladder_d64.err" | tee "$logs/ladder_d64.md"
 # shellcheck disable=SC2086
 "$build/fa2" ladder --csv "$logs/ladder_d128.csv" --d 128 ${FA_LADDER_ARGS:-} 2>"$logs/ladder_d128.err" | tee "$logs/ladder_d128.md"
+
+kill "$clock_pid" 2>/dev/null
 
 if [ "${FA_WITH_COMPARE:-0}" = 1 ]; then
   echo "== fa2 bench"

@@ -79,6 +79,22 @@ def measurements_section(path):
     return lines + [""]
 
 
+def clock_summary(path):
+    """"min / median / max MHz over N samples" of the SM clock sampled while the GPU work ran
+    (gpu_report.sh samples every 500 ms), or "" when there are no samples."""
+    if not os.path.exists(path):
+        return ""
+    mhz = []
+    for line in open(path, errors="replace"):
+        m = re.match(r"\s*(\d+)\s*(MHz)?\s*$", line)
+        if m:
+            mhz.append(int(m.group(1)))
+    if not mhz:
+        return ""
+    mhz.sort()
+    return f"{mhz[0]} / {mhz[len(mhz) // 2]} / {mhz[-1]} MHz (min / median / max of {len(mhz)} samples)"
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ("logs", "out", "slug", "gpu", "commit", "ctest-rc"):
@@ -97,6 +113,9 @@ def main():
     lines.append(f"- commit: `{args.commit}`")
     lines.append(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     lines.append(f"- GPU: {args.gpu}; SM clock now, max SM clock, memory clock, driver: {clocks}")
+    running = clock_summary(os.path.join(logs, "clocks.txt"))
+    if running:
+        lines.append(f"- SM clock while the tests, sanitizer and ladder ran: {running}")
     lines.append(f"- CUDA: {sh('nvcc --version | tail -1')}")
     lines.append("- produced by `scripts/gpu_report.sh` (build, all tests, compute-sanitizer, ladder)\n")
     lines.append("## Tests\n")
