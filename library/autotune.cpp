@@ -142,16 +142,8 @@ const DeviceFacts& current_device() {
   return it->second;
 }
 
-std::string current_gpu_name() {
-  return current_device().name;
-}
-
 int current_max_smem_optin() {
   return current_device().max_smem_optin;
-}
-
-int current_sm_count() {
-  return current_device().sm_count;
 }
 
 Cache::Cache(std::string path) : path_(std::move(path)) {}

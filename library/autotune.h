@@ -85,14 +85,8 @@ struct DeviceFacts {
 /// The facts of the current CUDA device; all empty or zero without one.
 const DeviceFacts& current_device();
 
-/// Name of the current CUDA device ("" without one).
-std::string current_gpu_name();
-
 /// Opt-in shared memory per block of the current device, in bytes (0 without a device).
 int current_max_smem_optin();
-
-/// Streaming multiprocessors of the current device (0 without a device).
-int current_sm_count();
 
 /// Tuning results in memory, backed by an append-only text file. Thread-safe. An unreadable or
 /// unwritable file is not an error: the cache then lives in memory only.

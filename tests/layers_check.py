@@ -50,7 +50,7 @@ TARGET_LAYERS = [
     (re.compile(r"^fa_library$"), "library"),
     (re.compile(r"^fa_reference$"), "reference"),
     (re.compile(r"^fa_step(\d\d|\$\{nn\})$"), "steps"),
-    (re.compile(r"^fa_mutant_obj_"), "steps"),
+    (re.compile(r"^fa_(mutant|experiment|\$\{kind\})_obj_"), "steps"),  # patched copies of a step
     (re.compile(r"^fa2_capi$"), "capi"),
 ]
 LIBRARY_LAYERS = {"fa_device": "device", "fa_library": "library", "fa_reference": "reference",

@@ -10,6 +10,7 @@
 #include "harness/compare.h"
 #include "harness/flops.h"
 #include "device/mask.h"
+#include "harness/problem.h"
 #include "harness/random.h"
 #include "harness/timer.h"
 #include "fa/registry.h"
@@ -86,19 +87,14 @@ TEST(Mask, VisibleKeysAndDirection) {
   EXPECT_EQ(cdiv(1013, 64), 16);
 }
 
-// Stand-in addresses 2^40 bytes apart (never dereferenced): the tensors must not overlap.
+// Sizes and strides with the harness's stand-in pointers (distinct, aligned, never dereferenced).
 AttentionParams valid_params() {
-  AttentionParams p;
-  p.q = reinterpret_cast<const void*>(uintptr_t(1) << 40);
-  p.k = reinterpret_cast<const void*>(uintptr_t(2) << 40);
-  p.v = reinterpret_cast<const void*>(uintptr_t(3) << 40);
-  p.o = reinterpret_cast<void*>(uintptr_t(4) << 40);
-  p.batch = 1;
-  p.heads_q = p.heads_kv = 2;
-  p.seqlen_q = p.seqlen_kv = 17;
-  p.head_dim = 64;
-  set_bhnd_strides(p);
-  return p;
+  ProblemShape s;
+  s.batch = 1;
+  s.heads_q = s.heads_kv = 2;
+  s.seqlen_q = s.seqlen_kv = 17;
+  s.head_dim = 64;
+  return validation_params(s);
 }
 
 TEST(Validate, AcceptsValidAndRefusesEachBadInputWithAMessage) {
@@ -137,9 +133,9 @@ TEST(Validate, LseMustBeAlignedAndSeparate) {
   Capabilities caps;
   caps.lse = true;
   AttentionParams p = valid_params();
-  p.lse = reinterpret_cast<float*>(uintptr_t(5) << 40);
+  p.lse = reinterpret_cast<float*>(uintptr_t(5) << 44);  // past the stand-ins of validation_params
   EXPECT_TRUE(validate(p, caps).ok()) << validate(p, caps).message();
-  p.lse = reinterpret_cast<float*>((uintptr_t(5) << 40) + 2);
+  p.lse = reinterpret_cast<float*>((uintptr_t(5) << 44) + 2);
   EXPECT_NE(validate(p, caps).message().find("4-byte aligned"), std::string::npos);
   p.lse = static_cast<float*>(p.o);
   EXPECT_NE(validate(p, caps).message().find("lse overlaps"), std::string::npos);

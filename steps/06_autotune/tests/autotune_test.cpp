@@ -105,7 +105,7 @@ TEST(AutotuneKey, StepKeyCarriesThisBuildId) {
   // And the cache keeps builds apart: an entry written under another build id is not found.
   autotune::Cache cache("");
   autotune::Key older = autotune::shape_key(p);
-  older.gpu = autotune::current_gpu_name();
+  older.gpu = autotune::current_device().name;
   older.build_id = autotune::hash_hex("an older build");
   cache.put(older, "BLOCK_M=64 BLOCK_N=64 warps=4 stages=2", 1.0);
   autotune::Key now = older;
