@@ -79,7 +79,8 @@ function(fa_step_test_executable target step_target nn)
 endfunction()
 
 # fa_step(<NN> <name> [BASE <NN>]
-#         [STATIC [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...] [KERNEL <regex>]]
+#         [STATIC [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...]
+#                 [HMMA_PER_KV_TILE <BLOCK_N>] [KERNEL <regex>]]
 #         [CASES "<case>=<fa2 run arguments>"...] [TESTS_FROM <NN>...])
 # The one call in steps/NN_name/step.cmake. It builds attention.cu into fa_stepNN (an object
 # library, so that its self-registration is always linked) against fa_library, with FA_BUILD_ID
@@ -93,7 +94,7 @@ endfunction()
 # BASE is the step this one grows from: scripts/diff_steps.sh NN diffs against it. TESTS_FROM lists
 # earlier steps whose own tests (steps/NN_name/tests/) this step's test program also runs.
 function(fa_step nn name)
-  cmake_parse_arguments(A "STATIC" "BASE;KERNEL" "REQUIRE;FORBID;MIN_COUNT;CASES;TESTS_FROM" ${ARGN})
+  cmake_parse_arguments(A "STATIC" "BASE;KERNEL;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;CASES;TESTS_FROM" ${ARGN})
   set(dir ${FA_STEPS_DIR}/${nn}_${name})
   if(A_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "fa_step(${nn} ${name}): unexpected arguments '${A_UNPARSED_ARGUMENTS}'")
@@ -152,7 +153,7 @@ function(fa_step nn name)
 
   # The SASS check: always "no local memory"; the step's STATIC rules on top.
   set(static_args)
-  foreach(kw REQUIRE FORBID MIN_COUNT)
+  foreach(kw REQUIRE FORBID MIN_COUNT HMMA_PER_KV_TILE)
     if(A_${kw})
       list(APPEND static_args ${kw} ${A_${kw}})
     endif()

@@ -105,12 +105,14 @@ __global__ void __launch_bounds__(NUM_THREADS) attention_kernel(const AttentionP
     const Rows m_new = row_max(s, m_i);
     const Rows m_scaled = exp2_offset(m_new, scale_log2);          // c·m_new, 0 while m_new = -inf
     const Rows alpha = rescale_factor(m_i, scale_log2, m_scaled);  // 0 on the first tile
-    const Acc<BLOCK_N> p = exp2_rows(s, scale_log2, m_scaled);     // one FFMA + one MUFU.EX2 each
-    l_i = l_i * alpha + row_sum(p);
     rescale(o_i, alpha);
-    m_i = m_new;
+    const Acc<BLOCK_N> p = exp2_rows(s, scale_log2, m_scaled);  // one FFMA + one MUFU.EX2 each
 
     mma_pv(o_i, to_bf16(p), v_tile);  // O += P·V: P rounded to bf16, O accumulates in fp32
+    // The row sums after P·V: nothing waits for them, so the compiler can issue P·V as soon as
+    // the first P fragment exists and put the sums' adds in the tensor cores' shadow.
+    l_i = l_i * alpha + row_sum(p);
+    m_i = m_new;
   }
 
   // ---- normalise: finish the row sums across the quad, then one divide per row (deferred).

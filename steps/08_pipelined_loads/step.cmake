@@ -4,7 +4,7 @@
 # Cases: a long row (many tiles in flight), a K/V sequence shorter than one tile (nothing to
 # prefetch), and causal bottom-right cross-attention.
 fa_step(08 pipelined_loads BASE 07
-  STATIC REQUIRE HMMA LDSM LDGSTS MIN_COUNT HMMA:64 KERNEL attention_kernel
+  STATIC REQUIRE HMMA LDSM LDGSTS HMMA_PER_KV_TILE 64 KERNEL attention_kernel
   CASES "long_d128=--b 1 --h 4 --n 8192 --d 128"
         "kv_shorter_than_tile=--b 1 --h 2 --nq 333 --nkv 17 --d 64 --causal --bottom-right"
         "causal_gqa=--b 2 --h 4 --hkv 2 --nq 1013 --nkv 1531 --d 64 --causal --bottom-right"

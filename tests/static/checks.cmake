@@ -14,11 +14,12 @@ add_executable(fa_sass_check ${CMAKE_SOURCE_DIR}/tests/static/sass_check.cpp)
 target_link_libraries(fa_sass_check PRIVATE GTest::gtest)
 
 # fa_sass_check_command(<out-var> <objects target> [REQUIRE <ins>...] [FORBID <ins>...]
-#                       [MIN_COUNT <INS:N>...] [KERNEL <regex>])
-# Every kernel is checked for local memory (spills); REQUIRE, FORBID and MIN_COUNT apply to the
-# kernels whose name matches KERNEL (all of them by default).
+#                       [MIN_COUNT <INS:N>...] [HMMA_PER_KV_TILE <BLOCK_N>] [KERNEL <regex>])
+# Every kernel is checked for local memory (spills); REQUIRE, FORBID, MIN_COUNT and HMMA_PER_KV_TILE
+# (each kernel has the 2·(D/16)·(BLOCK_N/8) HMMA of one K/V tile; BLOCK_N for kernels whose name
+# has no Config) apply to the kernels whose name matches KERNEL (all of them by default).
 function(fa_sass_check_command out target)
-  cmake_parse_arguments(A "" "KERNEL" "REQUIRE;FORBID;MIN_COUNT" ${ARGN})
+  cmake_parse_arguments(A "" "KERNEL;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT" ${ARGN})
   if(A_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "static check of ${target}: unexpected arguments '${A_UNPARSED_ARGUMENTS}'")
   endif()
@@ -32,13 +33,16 @@ function(fa_sass_check_command out target)
   foreach(r IN LISTS A_MIN_COUNT)
     list(APPEND cmd --min-count=${r})
   endforeach()
+  if(A_HMMA_PER_KV_TILE)
+    list(APPEND cmd --hmma-per-kv-tile=${A_HMMA_PER_KV_TILE})
+  endif()
   if(A_KERNEL)
     list(APPEND cmd --kernel=${A_KERNEL})
   endif()
   set(${out} ${cmd} PARENT_SCOPE)
 endfunction()
 
-# fa_static_check(<NN> [REQUIRE ...] [FORBID ...] [MIN_COUNT ...] [KERNEL regex]): the ctest case
+# fa_static_check(<NN> [REQUIRE ...] [FORBID ...] [MIN_COUNT ...] [HMMA_PER_KV_TILE n] [KERNEL regex]): the ctest case
 # static.stepNN on the step's objects (called by fa_step).
 function(fa_static_check nn)
   fa_sass_check_command(cmd fa_step${nn} ${ARGN})

@@ -1,6 +1,6 @@
 // Static checks of compiled kernels, read from the object file with cuobjdump (no GPU needed).
 //   fa_sass_check --object=<file.o> --cuobjdump=<path> [--require=HMMA ...] [--forbid=LDGSTS ...]
-//                 [--kernel=<regex>] [--min-count=HMMA:64 ...]
+//                 [--kernel=<regex>] [--min-count=HMMA:64 ...] [--hmma-per-kv-tile=<BLOCK_N>]
 // Tests: the object holds kernels; no kernel uses local memory (no spills, no stack arrays:
 // LDL/STL in SASS, LOCAL/STACK in the resource report); every --require'd instruction appears in
 // the kernels matching --kernel, for every architecture in the object; every --min-count'ed
@@ -8,6 +8,12 @@
 // that does both Q·Kᵀ and P·V on tensor cores has at least twice the HMMAs of one of them); no
 // instruction named by --forbid appears in a kernel matching --kernel (a step that has not
 // taught cp.async yet must not use it: the lesson that adds it is then the diff that adds it).
+// --hmma-per-kv-tile: each kernel matching --kernel has at least the HMMAs one K/V tile needs with
+// both matmuls on tensor cores, 2·(D/16)·(BLOCK_N/8) for one warp's 16 rows (Q·Kᵀ: D/16 k-steps
+// × BLOCK_N/8 key fragments; P·V: BLOCK_N/16 k-steps × D/8 dim fragments, the same number). D
+// and BLOCK_N are read from the kernel's template arguments, attention_kernel<D, Config<BLOCK_M,
+// BLOCK_N, ...>>; a kernel whose name carries no Config uses the BLOCK_N given to the option.
+// P·V on CUDA cores leaves only Q·Kᵀ's half, at every head dim.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -27,6 +33,7 @@ struct Options {
   std::vector<std::string> forbid;
   std::vector<std::pair<std::string, int>> min_count;
   std::string kernel = ".*";
+  int hmma_block_n = 0;  // --hmma-per-kv-tile: the BLOCK_N of kernels without a Config (0: rule off)
 } g_opt;
 
 struct Kernel {
@@ -188,6 +195,34 @@ TEST(Sass, MinimumInstructionCounts) {
     }
 }
 
+// 2·(D/16)·(BLOCK_N/8) from a mangled attention_kernel<D, Config<BLOCK_M, BLOCK_N, ...>> name;
+// 0 if the name has no head dim.
+int hmma_per_kv_tile(const std::string& name, int default_block_n) {
+  static const std::regex dim_re(R"(attention_kernelILi(\d+)E)"), cfg_re(R"(ConfigILi\d+ELi(\d+)E)");
+  std::smatch m;
+  if (!std::regex_search(name, m, dim_re)) return 0;
+  const int d = std::stoi(m[1]);
+  const int block_n = std::regex_search(name, m, cfg_re) ? std::stoi(m[1]) : default_block_n;
+  return 2 * (d / 16) * (block_n / 8);
+}
+
+TEST(Sass, HmmaPerKvTile) {
+  if (g_opt.hmma_block_n == 0) {
+    std::cout << "  (no per-tile HMMA count for this step)\n";
+    return;
+  }
+  const std::vector<const Kernel*> kernels = matching_kernels();
+  ASSERT_FALSE(kernels.empty()) << "no kernel matches --kernel=" << g_opt.kernel;
+  for (const Kernel* k : kernels) {
+    const int need = hmma_per_kv_tile(k->name, g_opt.hmma_block_n);
+    ASSERT_GT(need, 0) << k->name << ": no attention_kernel<HEAD_DIM, ...> in the name";
+    const int got = count_instruction(k->sass, "HMMA");
+    std::cout << "  " << k->arch << " " << k->name << ": " << got << " HMMA, one K/V tile needs " << need << "\n";
+    EXPECT_GE(got, need) << k->arch << " " << k->name << " has " << got << " HMMA; one K/V tile with Q·Kᵀ and P·V on "
+                         << "tensor cores needs " << need;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -205,6 +240,8 @@ int main(int argc, char** argv) {
       g_opt.forbid.push_back(val("--forbid="));
     else if (a.rfind("--kernel=", 0) == 0)
       g_opt.kernel = val("--kernel=");
+    else if (a.rfind("--hmma-per-kv-tile=", 0) == 0)
+      g_opt.hmma_block_n = std::stoi(val("--hmma-per-kv-tile="));
     else if (a.rfind("--min-count=", 0) == 0) {
       const std::string spec = val("--min-count=");
       const size_t colon = spec.find(':');
