@@ -86,7 +86,8 @@ endfunction()
 # library, so that its self-registration is always linked) against fa_library, with FA_BUILD_ID
 # set; adds it to fa2 and the C library; and registers with ctest, all labelled stepNN:
 #   stepNN.<suite>.<case>  the shared GPU suite and the step's own tests (label gpu)
-#   stepNN.Overflow.*      the tensor past 2^31 elements (label large, one at a time)
+#   stepNN.Overflow.*      offsets past 2^31 elements: a tensor that large, and (B, N, H, D) rows
+#                          whose row × stride passes 2^31 (label large, one at a time)
 #   static.stepNN          the SASS check: no local memory anywhere, plus the STATIC rules
 #   stepNN.case.<case>     `fa2 run --step NN <arguments>` checked against the reference (label
 #                          gpu; skipped without a GPU): the step's lesson on a shape worth seeing
@@ -146,10 +147,12 @@ function(fa_step nn name)
        "  set_tests_properties(\${fa_test_step${nn}_TESTS} PROPERTIES LABELS \"gpu;step${nn}\")\n"
        "endif()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
-  # Tensors past 2^31 elements (tens of GB): one at a time, never beside each other.
-  add_test(NAME step${nn}.Overflow.Past2To31Elements COMMAND fa_test_step${nn} --fa_large)
-  set_tests_properties(step${nn}.Overflow.Past2To31Elements PROPERTIES LABELS "gpu;step${nn};large"
-                       RESOURCE_LOCK gpu_memory SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+  # Offsets past 2^31 elements (tensors of 4-20 GB): one at a time, never beside each other.
+  foreach(case Past2To31Elements RowStridePast2To31)
+    add_test(NAME step${nn}.Overflow.${case} COMMAND fa_test_step${nn} --fa_large --gtest_filter=Overflow.${case})
+    set_tests_properties(step${nn}.Overflow.${case} PROPERTIES LABELS "gpu;step${nn};large"
+                         RESOURCE_LOCK gpu_memory SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+  endforeach()
 
   # The SASS check: always "no local memory"; the step's STATIC rules on top.
   set(static_args)

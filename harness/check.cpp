@@ -46,6 +46,7 @@ CheckResult run_and_check(const StepInfo& step, AttentionProblem& prob, const Re
   r.status = step.forward(p, nullptr);
   if (!r.status.ok()) return r;
   FA_CUDA_CHECK(cudaDeviceSynchronize());
+  r.memory_intact = prob.memory_intact(&r.memory_message);
   r.o = compare(prob.output_bhnd(), ref.o, tol);
   if (p.lse) {
     r.lse_checked = true;
@@ -59,6 +60,7 @@ std::string CheckResult::summary() const {
   if (!status.ok()) return "step returned an error: " + status.message();
   os << "O vs " << reference << ": " << o.summary();
   if (lse_checked) os << "\n  LSE: " << lse.summary();
+  if (!memory_intact) os << "\n  memory outside the outputs was written: " << memory_message;
   return os.str();
 }
 

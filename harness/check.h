@@ -26,13 +26,16 @@ struct CheckResult {
   Status status = Status::Ok();  // the step's own return value
   CompareResult o, lse;
   bool lse_checked = false;
+  bool memory_intact = true;  // no guard region (nor O's row gaps) written
+  std::string memory_message;
   std::string reference;
-  bool ok() const { return status.ok() && o.ok && (!lse_checked || lse.ok); }
+  bool ok() const { return status.ok() && o.ok && (!lse_checked || lse.ok) && memory_intact; }
   std::string summary() const;
 };
 
-// Poisons the outputs, runs the step, synchronises, and compares O (and LSE when the problem has
-// an LSE buffer and the step writes it) with `ref`.
+// Poisons the outputs, runs the step, synchronises, compares O (and LSE when the problem has an
+// LSE buffer and the step writes it) with `ref`, and checks that nothing outside O and LSE
+// (their guard regions, O's row gaps) was written.
 CheckResult run_and_check(const StepInfo& step, AttentionProblem& prob, const ReferenceData& ref,
                           const Tolerance& tol = bf16_tolerance());
 

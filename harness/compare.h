@@ -16,9 +16,12 @@ struct Tolerance {
   double max_rel_norm = 1e-2;
 };
 
-// bf16 outputs (the seeds' rule: atol = rtol = 1e-2).
+// bf16 outputs: the seeds' per-element rule, atol = rtol = 1e-2, and a relative norm of 5e-3.
+// A correct kernel's error is the rounding of P and O to bf16: ||out − ref|| / ||ref|| ≈ 2.3e-3
+// on tensor cores at every N (fp64 reference; steps 00-03, which keep P in fp32, ≈ 1.7e-3), so
+// 5e-3 leaves twice that as headroom while softmax state kept in bf16 fails by 3× (1.6e-2 at N = 8192).
 inline Tolerance bf16_tolerance() {
-  return Tolerance{};
+  return Tolerance{1e-2, 1e-2, 5e-3};
 }
 
 struct CompareResult {

@@ -1,6 +1,8 @@
 #include "harness/problem.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
@@ -11,36 +13,15 @@ namespace {
 
 enum Tensor : uint64_t { kQ = 1, kK = 2, kV = 3 };
 
-// Decodes the storage index of element (b, h, n, d) for a contiguous tensor in either layout.
-struct LayoutDecode {
-  int64_t heads, seqlen, dim;
-  bool bnhd;
-  __device__ void operator()(int64_t idx, int64_t& b, int64_t& h, int64_t& n, int64_t& d) const {
-    d = idx % dim;
-    int64_t r = idx / dim;
-    if (bnhd) {
-      h = r % heads;
-      r /= heads;
-      n = r % seqlen;
-      b = r / seqlen;
-    } else {
-      n = r % seqlen;
-      r /= seqlen;
-      h = r % heads;
-      b = r / heads;
-    }
-  }
-};
-
-__global__ void generate_kernel(__nv_bfloat16* out, int64_t count, LayoutDecode dec, InputKind kind, uint64_t seed,
-                                uint64_t tensor) {
+// Writes element (b, h, n, d) of a tensor through its strides, for every logical index.
+__global__ void generate_kernel(__nv_bfloat16* out, int64_t heads, int64_t seqlen, int64_t dim, Strides st,
+                                InputKind kind, uint64_t seed, uint64_t tensor, int64_t count) {
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    int64_t b, h, n, d;
-    dec(idx, b, h, n, d);
-    // The logical index (b, h, n, d) seeds the value, so both layouts hold the same tensor.
-    uint64_t logical = ((uint64_t(b) * dec.heads + h) * dec.seqlen + n) * dec.dim + d;
-    float x = normal_at(seed * 4 + tensor, logical);
+    const int64_t d = idx % dim, n = idx / dim % seqlen, h = idx / (dim * seqlen) % heads,
+                  b = idx / (dim * seqlen * heads);
+    // The logical index (b, h, n, d) seeds the value, so every layout holds the same tensor.
+    float x = normal_at(seed * 4 + tensor, uint64_t(idx));
     switch (kind) {
       case InputKind::random:
         break;
@@ -48,26 +29,42 @@ __global__ void generate_kernel(__nv_bfloat16* out, int64_t count, LayoutDecode 
         if (tensor != kV) x *= 10.0f;
         break;
       case InputKind::identity_qk:
-        if (tensor != kV) x = (d == n % dec.dim) ? 4.0f : 0.0f;
+        if (tensor != kV) x = (d == n % dim) ? 4.0f : 0.0f;
         break;
       case InputKind::v_ramp:
-        if (tensor == kV) x = float(d) / float(dec.dim) + 0.01f * float(n) / float(dec.seqlen);
+        if (tensor == kV) x = float(d) / float(dim) + 0.01f * float(n) / float(seqlen);
+        break;
+      case InputKind::flat_large_v:
+        if (tensor == kQ) x = 0.0f;
+        if (tensor == kV) x += 16.0f;
         break;
     }
-    out[idx] = __float2bfloat16_rn(x);
+    out[b * st.batch + h * st.head + n * st.seq + d * st.dim] = __float2bfloat16_rn(x);
   }
 }
 
-void generate(DeviceBuffer<__nv_bfloat16>& buf, const ProblemShape& s, int64_t heads, int64_t seqlen, uint64_t tensor) {
-  LayoutDecode dec{heads, seqlen, s.head_dim, s.layout == Layout::bnhd};
-  int64_t count = static_cast<int64_t>(buf.size());
-  int blocks = static_cast<int>(std::min<int64_t>(cdiv(count, 256), 65535));
-  generate_kernel<<<blocks, 256>>>(buf.get(), count, dec, s.input, s.seed, tensor);
+void generate(GuardedBuffer<__nv_bfloat16>& buf, const ProblemShape& s, int64_t heads, int64_t seqlen,
+              const Strides& st, uint64_t tensor) {
+  const int64_t count = s.batch * heads * seqlen * s.head_dim;
+  const int blocks = static_cast<int>(std::min<int64_t>(cdiv(count, 256), 65535));
+  generate_kernel<<<blocks, 256>>>(buf.get(), heads, seqlen, s.head_dim, st, s.input, s.seed, tensor, count);
   FA_CUDA_CHECK(cudaGetLastError());
 }
 
-Strides layout_strides(Layout l, int64_t heads, int64_t seqlen, int64_t dim) {
-  return l == Layout::bnhd ? bnhd_strides(heads, seqlen, dim) : bhnd_strides(heads, seqlen, dim);
+// The strides of a tensor of `rows` allocated rows per (batch, head) ((B, H, N, D)) or per batch
+// ((B, N, H, D)), with `gap` extra elements after every row.
+Strides layout_strides(Layout l, int64_t heads, int64_t rows, int64_t dim, int64_t gap) {
+  if (l == Layout::bnhd) {
+    const int64_t row = heads * dim + gap;
+    return Strides{rows * row, dim, row, 1};
+  }
+  const int64_t row = dim + gap;
+  return Strides{heads * rows * row, rows * row, row, 1};
+}
+
+// Elements a tensor with these strides spans: `batch` batch strides.
+size_t span(int64_t batch, const Strides& st) {
+  return size_t(batch * st.batch);
 }
 
 }  // namespace
@@ -82,6 +79,8 @@ std::string to_string(InputKind k) {
       return "identity_qk";
     case InputKind::v_ramp:
       return "v_ramp";
+    case InputKind::flat_large_v:
+      return "flat_large_v";
   }
   return "?";
 }
@@ -92,20 +91,20 @@ std::string to_string(const ProblemShape& s) {
      << " Nkv=" << s.seqlen_kv << " D=" << s.head_dim << (s.causal ? " causal" : "")
      << (s.causal && s.align == CausalAlign::bottom_right ? "(bottom-right)" : "")
      << (s.layout == Layout::bnhd ? " bnhd" : "") << " input=" << to_string(s.input) << " seed=" << s.seed;
+  if (s.row_gap != 0) os << " row_gap=" << s.row_gap;
   return os.str();
 }
 
-AttentionProblem::AttentionProblem(const ProblemShape& s)
-    : q(size_t(s.batch * s.heads_q * s.seqlen_q * s.head_dim)),
-      k(size_t(s.batch * s.heads_kv * s.seqlen_kv * s.head_dim)),
-      v(size_t(s.batch * s.heads_kv * s.seqlen_kv * s.head_dim)),
-      o(size_t(s.batch * s.heads_q * s.seqlen_q * s.head_dim)),
-      lse_buf(s.with_lse ? size_t(s.batch * s.heads_q * s.seqlen_q) : 0),
-      shape_(s) {
-  generate(q, s, s.heads_q, s.seqlen_q, kQ);
-  generate(k, s, s.heads_kv, s.seqlen_kv, kK);
-  generate(v, s, s.heads_kv, s.seqlen_kv, kV);
-  poison_outputs();
+AttentionProblem::AttentionProblem(const ProblemShape& s) : shape_(s) {
+  const AttentionParams p = shape_params(s);
+  q = GuardedBuffer<__nv_bfloat16>(span(s.batch, p.q_stride));
+  k = GuardedBuffer<__nv_bfloat16>(span(s.batch, p.k_stride));
+  v = GuardedBuffer<__nv_bfloat16>(span(s.batch, p.v_stride));
+  o = GuardedBuffer<__nv_bfloat16>(span(s.batch, p.o_stride));
+  lse_buf = GuardedBuffer<float>(s.with_lse ? size_t(s.batch * s.heads_q * s.seqlen_q) : 0);
+  generate(q, s, s.heads_q, s.seqlen_q, p.q_stride, kQ);
+  generate(k, s, s.heads_kv, s.seqlen_kv, p.k_stride, kK);
+  generate(v, s, s.heads_kv, s.seqlen_kv, p.v_stride, kV);
   FA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -117,10 +116,10 @@ AttentionParams shape_params(const ProblemShape& s) {
   p.seqlen_q = s.seqlen_q;
   p.seqlen_kv = s.seqlen_kv;
   p.head_dim = s.head_dim;
-  p.q_stride = layout_strides(s.layout, s.heads_q, s.seqlen_q, s.head_dim);
-  p.k_stride = layout_strides(s.layout, s.heads_kv, s.seqlen_kv, s.head_dim);
-  p.v_stride = layout_strides(s.layout, s.heads_kv, s.seqlen_kv, s.head_dim);
-  p.o_stride = layout_strides(s.layout, s.heads_q, s.seqlen_q, s.head_dim);
+  p.q_stride = layout_strides(s.layout, s.heads_q, s.seqlen_q, s.head_dim, s.row_gap);
+  p.k_stride = layout_strides(s.layout, s.heads_kv, s.seqlen_kv + s.kv_pad_rows, s.head_dim, s.row_gap);
+  p.v_stride = p.k_stride;
+  p.o_stride = layout_strides(s.layout, s.heads_q, s.seqlen_q, s.head_dim, s.row_gap);
   p.softmax_scale = s.softmax_scale;
   p.causal = s.causal;
   p.causal_align = s.align;
@@ -155,6 +154,48 @@ void AttentionProblem::poison_outputs() {
   lse_buf.poison();
 }
 
+namespace {
+// Counts the elements of `o` outside the logical (B, H, N, D) tensor (the row gaps) that are not
+// the poison (0xFFFF); the first one's storage index goes to *first. Every row starts at a
+// multiple of the sequence stride in both layouts, and its first `row` elements are data.
+int64_t written_gaps(const std::vector<uint16_t>& raw, const ProblemShape& s, const Strides& st, int64_t* first) {
+  const int64_t row = s.layout == Layout::bnhd ? s.heads_q * s.head_dim : s.head_dim;
+  int64_t n = 0;
+  for (size_t start = 0; start < raw.size(); start += size_t(st.seq))
+    for (size_t i = start + size_t(row); i < std::min(raw.size(), start + size_t(st.seq)); ++i)
+      if (raw[i] != 0xFFFF && n++ == 0) *first = int64_t(i);
+  return n;
+}
+}  // namespace
+
+bool AttentionProblem::memory_intact(std::string* why) const {
+  const std::pair<const char*, const GuardedBuffer<__nv_bfloat16>*> tensors[] = {
+      {"Q", &q}, {"K", &k}, {"V", &v}, {"O", &o}};
+  std::string where;
+  for (const auto& [name, t] : tensors)
+    if (!t->guards_intact(&where)) {
+      if (why) *why = std::string(name) + ": " + where;
+      return false;
+    }
+  if (!lse_buf.guards_intact(&where)) {
+    if (why) *why = "LSE: " + where;
+    return false;
+  }
+  if (shape_.row_gap > 0) {
+    int64_t first = -1;
+    std::vector<uint16_t> raw(o.size());
+    FA_CUDA_CHECK(cudaMemcpy(raw.data(), o.get(), o.bytes(), cudaMemcpyDeviceToHost));
+    const int64_t n = written_gaps(raw, shape_, params().o_stride, &first);
+    if (n > 0) {
+      if (why)
+        *why = "O: " + std::to_string(n) + " elements of the row gaps were written, the first at storage index " +
+               std::to_string(first);
+      return false;
+    }
+  }
+  return true;
+}
+
 std::vector<float> to_float(const DeviceBuffer<__nv_bfloat16>& buf) {
   std::vector<__nv_bfloat16> raw = buf.download();
   std::vector<float> out(raw.size());
@@ -162,12 +203,23 @@ std::vector<float> to_float(const DeviceBuffer<__nv_bfloat16>& buf) {
   return out;
 }
 
-std::vector<float> to_float(const DeviceBuffer<__nv_bfloat16>& buf, size_t offset, size_t count) {
-  if (offset + count > buf.size()) throw std::out_of_range("to_float: slice outside the buffer");
-  std::vector<__nv_bfloat16> raw(count);
-  FA_CUDA_CHECK(cudaMemcpy(raw.data(), buf.get() + offset, count * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
-  std::vector<float> out(count);
-  for (size_t i = 0; i < count; ++i) out[i] = __bfloat162float(raw[i]);
+std::vector<float> to_float(const GuardedBuffer<__nv_bfloat16>& buf) {
+  std::vector<__nv_bfloat16> raw = buf.download();
+  std::vector<float> out(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) out[i] = __bfloat162float(raw[i]);
+  return out;
+}
+
+std::vector<float> AttentionProblem::head_rows(const GuardedBuffer<__nv_bfloat16>& t, const Strides& st, int64_t b,
+                                               int64_t h, int64_t rows) const {
+  const int64_t D = shape_.head_dim;
+  const int64_t start = b * st.batch + h * st.head, count = (rows - 1) * st.seq + D;
+  if (rows <= 0 || start + count > int64_t(t.size())) throw std::out_of_range("head_rows: outside the tensor");
+  std::vector<__nv_bfloat16> raw(static_cast<size_t>(count));
+  FA_CUDA_CHECK(cudaMemcpy(raw.data(), t.get() + start, raw.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+  std::vector<float> out(size_t(rows * D));
+  for (int64_t n = 0; n < rows; ++n)
+    for (int64_t d = 0; d < D; ++d) out[size_t(n * D + d)] = __bfloat162float(raw[size_t(n * st.seq + d)]);
   return out;
 }
 
@@ -182,17 +234,17 @@ std::vector<float> AttentionProblem::host_v() const {
 }
 
 std::vector<float> AttentionProblem::output_bhnd() const {
-  std::vector<float> raw = to_float(o);
-  if (shape_.layout == Layout::bhnd) return raw;
   const ProblemShape& s = shape_;
-  Strides st = params().o_stride;
-  std::vector<float> out(raw.size());
+  if (s.layout == Layout::bhnd && s.row_gap == 0) return to_float(o);
+  const std::vector<__nv_bfloat16> raw = o.download();
+  const Strides st = params().o_stride;
+  std::vector<float> out(size_t(s.batch * s.heads_q * s.seqlen_q * s.head_dim));
   size_t idx = 0;
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads_q; ++h)
       for (int64_t n = 0; n < s.seqlen_q; ++n)
         for (int64_t d = 0; d < s.head_dim; ++d)
-          out[idx++] = raw[size_t(b * st.batch + h * st.head + n * st.seq + d * st.dim)];
+          out[idx++] = __bfloat162float(raw[size_t(b * st.batch + h * st.head + n * st.seq + d * st.dim)]);
   return out;
 }
 

@@ -19,6 +19,8 @@ enum class InputKind {
   large_logits,  // Q and K ×10: logits have std ~100, so exp() without max subtraction overflows
   identity_qk,   // Q = K = scaled one-hot rows (row i hot at i % D): sharp, structured attention
   v_ramp,        // random Q, K; V[.., j, d] = d / D + 0.01·j / N_kv: exposes dim/row index mix-ups
+  flat_large_v,  // Q = 0 (every score equal, every key weighs 1), V = 16 + N(0, 1): the unnormalised
+                 // O grows to ~16·N_kv, past fp16's largest value (65504) once N_kv > 4096
 };
 
 enum class Layout { bhnd, bnhd };
@@ -32,6 +34,14 @@ struct ProblemShape {
   uint64_t seed = 0;
   float softmax_scale = 0.0f;  // 0: 1/sqrt(D)
   bool with_lse = true;
+  // Poisoned memory around the inputs. K and V keep kv_pad_rows NaN rows after the N_kv rows of
+  // every (batch, head) in (B, H, N, D), of every batch in (B, N, H, D), so their head (batch)
+  // stride is larger than N_kv rows: a kernel that loads rows past N_kv without zero-filling
+  // them reads NaN, and a NaN times a zero weight is still NaN.
+  int64_t kv_pad_rows = 128;
+  // Extra (poisoned) elements after every row of Q, K, V and O: a row stride of D + row_gap in
+  // (B, H, N, D), H·D + row_gap in (B, N, H, D). A large gap makes row × stride pass 2^31.
+  int64_t row_gap = 0;
 };
 
 std::string to_string(const ProblemShape& s);
@@ -45,16 +55,21 @@ std::string to_string(InputKind k);
 
 class AttentionProblem {
  public:
-  // Allocates device tensors, generates the inputs on the device and poisons the outputs.
+  // Allocates device tensors inside guard regions (harness/device_buffer.h), poisons everything,
+  // then generates the inputs' N rows on the device: padding, gaps and guards stay NaN.
   explicit AttentionProblem(const ProblemShape& shape);
 
   const ProblemShape& shape() const { return shape_; }
   // Device pointers, sizes and strides of this problem (lse is null unless shape.with_lse).
   AttentionParams params() const;
-  // Fill O (and LSE) with NaN so an element a kernel fails to write is caught.
+  // Fill O (and LSE) and their guards with NaN so an element a kernel fails to write is caught.
   void poison_outputs();
+  // True when no guard region of any tensor (nor the gaps and padding of O) was written since
+  // the outputs were last poisoned; otherwise `why` names the first one that was.
+  bool memory_intact(std::string* why = nullptr) const;
 
-  // Host copies of the bf16 inputs as floats, in storage order (use params() strides to index).
+  // Host copies of the bf16 inputs as floats, in storage order (use params() strides to index;
+  // padding and gaps are NaN).
   std::vector<float> host_q() const;
   std::vector<float> host_k() const;
   std::vector<float> host_v() const;
@@ -62,16 +77,20 @@ class AttentionProblem {
   std::vector<float> output_bhnd() const;
   // The LSE buffer, contiguous (B, H_q, N_q); empty when the problem has none.
   std::vector<float> lse() const;
+  // Rows 0..rows-1 of head h of batch b of `t` (strides `st`), as contiguous (rows, D) floats;
+  // downloads only that head's span.
+  std::vector<float> head_rows(const GuardedBuffer<__nv_bfloat16>& t, const Strides& st, int64_t b, int64_t h,
+                               int64_t rows) const;
 
-  DeviceBuffer<__nv_bfloat16> q, k, v, o;
-  DeviceBuffer<float> lse_buf;
+  GuardedBuffer<__nv_bfloat16> q, k, v, o;
+  GuardedBuffer<float> lse_buf;
 
  private:
   ProblemShape shape_;
 };
 
-// bf16 → float copies of a device buffer (or of `count` elements starting at `offset`).
+// bf16 → float copies of a device buffer (the body of a guarded one).
 std::vector<float> to_float(const DeviceBuffer<__nv_bfloat16>& buf);
-std::vector<float> to_float(const DeviceBuffer<__nv_bfloat16>& buf, size_t offset, size_t count);
+std::vector<float> to_float(const GuardedBuffer<__nv_bfloat16>& buf);
 
 }  // namespace fa

@@ -35,7 +35,7 @@ REQUIRED = [
     # what users of attention kernels report
     "n-smaller-than-tile", "causal-alignment", "offset-overflow-32bit", "missing-barrier",
     # the course's own
-    "no-max-subtraction", "batch-head-swapped", "ragged-store", "lse-is-m",
+    "no-max-subtraction", "batch-head-swapped", "ragged-store", "lse-is-m", "kv-tail-not-zeroed",
 ]
 
 PATCH_RE = re.compile(r"steps/(\d\d)_\w+/bugs/[\w-]+\.patch")

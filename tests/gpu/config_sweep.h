@@ -18,8 +18,9 @@ namespace fa::testing {
 
 // The shapes of the sweep: ragged sizes, both causal alignments, fully masked rows, GQA,
 // (B, N, H, D) layout, more (batch, head) pairs than the grid's y dimension holds, and the
-// structured inputs of the shared suite: large logits (an exp without the max overflows) and a
-// long sequence (low-precision softmax state drifts).
+// structured inputs of the shared suite: large logits (an exp without the max overflows), a
+// long sequence (low-precision softmax state drifts), flat scores over large values (fp16 state
+// overflows), and strided rows. K and V sit in poisoned memory (harness/problem.h) throughout.
 inline std::vector<ProblemShape> config_sweep_shapes(bool with_lse) {
   std::vector<ProblemShape> shapes;
   auto add = [&](int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nkv, bool causal, CausalAlign a, Layout l,
@@ -38,6 +39,9 @@ inline std::vector<ProblemShape> config_sweep_shapes(bool with_lse) {
   add(1, 2, 2, 515, 700, true, CausalAlign::top_left, Layout::bhnd, InputKind::large_logits);
   add(1, 2, 2, 8192, 8192, false, CausalAlign::top_left, Layout::bhnd);
   add(1, 2, 2, 8192, 8192, true, CausalAlign::top_left, Layout::bhnd);
+  add(1, 2, 2, 256, 8192, false, CausalAlign::top_left, Layout::bhnd, InputKind::flat_large_v);
+  add(2, 2, 1, 77, 150, true, CausalAlign::bottom_right, Layout::bnhd);
+  shapes.back().row_gap = 24;  // strided rows: O's gaps must stay untouched
   return shapes;
 }
 
@@ -78,6 +82,8 @@ inline void expect_every_config_matches(const StepInfo& step) {
         ++runs;
         const CompareResult o = compare(prob.output_bhnd(), ref.o, bf16_tolerance());
         EXPECT_TRUE(o.ok) << cfg << " on " << to_string(s) << "\n  O: " << o.summary();
+        std::string why;
+        EXPECT_TRUE(prob.memory_intact(&why)) << cfg << " on " << to_string(s) << ": " << why;
         if (step.caps.lse) {
           const CompareResult l = compare(prob.lse(), ref.lse, lse_tolerance());
           EXPECT_TRUE(l.ok) << cfg << " on " << to_string(s) << "\n  LSE: " << l.summary();

@@ -73,6 +73,7 @@ bool supports(const StepInfo& st, const ProblemShape& s) {
 // Registers `shape` under suite/name for `st` if the step supports it.
 void add_case(const StepInfo& st, const std::string& suite, ProblemShape shape, const std::string& tag = "") {
   if (!supports(st, shape)) return;
+  if (st.caps.max_batch_heads > 0 && shape.batch * shape.heads_q > st.caps.max_batch_heads) return;
   std::string name = (tag.empty() ? "" : tag + "_") + shape_name(shape);
   shape.seed = seed_for(suite + "." + name);
   const StepInfo* step = &st;
@@ -119,11 +120,26 @@ void register_for(const StepInfo& st) {
     ProblemShape bnhd = make(2, 3, 3, 100, 130, d);
     bnhd.layout = Layout::bnhd;
     add_case(st, "Layout", bnhd);
+    // Strided views: every row followed by a gap (a slice of a packed QKV tensor, say); O's gaps
+    // must stay untouched.
+    ProblemShape gapped = make(2, 2, 1, 77, 150, d, true, CausalAlign::bottom_right);
+    gapped.row_gap = 24;
+    add_case(st, "Layout", gapped, "RowGap24");
+    gapped.layout = Layout::bnhd;
+    add_case(st, "Layout", gapped, "RowGap24");
     add_case(st, "GQA", make(2, 4, 2, 97, 131, d));
     add_case(st, "GQA", make(1, 8, 1, 64, 200, d, true));
     // Long sequences: where low-precision softmax state drifts (seed bug #1).
     add_case(st, "LongSeq", make(1, 2, 2, 8192, 8192, d));
     add_case(st, "LongSeq", make(1, 2, 2, 8192, 8192, d, true));
+    // Every key weighs 1 and V ~ 16: the unnormalised O reaches ~16·N_kv = 131072, which fp32
+    // state holds and fp16 state (largest value 65504) turns into inf.
+    ProblemShape flat = make(1, 2, 2, 256, 8192, d);
+    flat.input = InputKind::flat_large_v;
+    add_case(st, "LongSeq", flat, "FlatLargeV");
+    // More (batch, head) pairs than a grid's y dimension holds (65535), with GQA and ragged
+    // causal tiles: the launch must spread them (over z, or x) or the step must refuse.
+    add_case(st, "Grid", make(2, 32800, 8200, 40, 70, d, true, CausalAlign::bottom_right), "BatchHeadsPast65535");
   }
   // A custom softmax scale is honoured.
   ProblemShape scaled = make(1, 2, 2, 150, 150, 64);
@@ -144,10 +160,14 @@ void register_for(const StepInfo& st) {
       FA_CUDA_CHECK(cudaDeviceSynchronize());
       EXPECT_FALSE(st.ok()) << "bad input was accepted";
       EXPECT_FALSE(st.message().empty());
-      std::vector<float> o = prob.output_bhnd();
       size_t written = 0;
-      for (float x : o) written += !std::isnan(x);
+      for (float x : prob.output_bhnd()) written += !std::isnan(x);
       EXPECT_EQ(written, 0u) << "the step wrote to O despite refusing the input";
+      size_t lse_written = 0;
+      for (float x : prob.lse()) lse_written += !std::isnan(x);
+      EXPECT_EQ(lse_written, 0u) << "the step wrote to LSE despite refusing the input";
+      std::string why;
+      EXPECT_TRUE(prob.memory_intact(&why)) << why;
       std::cout << "    refused with: " << st.message() << "\n";
     });
   };
@@ -193,21 +213,49 @@ void expect_64bit_offsets(const StepInfo& step) {
   Status st = step.forward(p, nullptr);
   ASSERT_TRUE(st.ok()) << st.message();
   FA_CUDA_CHECK(cudaDeviceSynchronize());
+  std::string why;
+  EXPECT_TRUE(prob.memory_intact(&why)) << why;
   // Check heads 0 and H-1 of the last batch against the fp64 CPU reference.
-  const int64_t head_elems = s.seqlen_q * s.head_dim;
+  const int64_t b = s.batch - 1;
   for (int64_t h : {int64_t(0), s.heads_q - 1}) {
-    const size_t off = size_t((s.batch - 1) * p.q_stride.batch + h * p.q_stride.head);
-    std::vector<float> q = to_float(prob.q, off, size_t(head_elems));
-    std::vector<float> k = to_float(prob.k, off, size_t(head_elems));
-    std::vector<float> v = to_float(prob.v, off, size_t(head_elems));
-    std::vector<float> o = to_float(prob.o, off, size_t(head_elems));
+    std::vector<float> q = prob.head_rows(prob.q, p.q_stride, b, h, s.seqlen_q);
+    std::vector<float> k = prob.head_rows(prob.k, p.k_stride, b, h, s.seqlen_kv);
+    std::vector<float> v = prob.head_rows(prob.v, p.v_stride, b, h, s.seqlen_kv);
+    std::vector<float> o = prob.head_rows(prob.o, p.o_stride, b, h, s.seqlen_q);
     AttentionParams one = p;
     one.batch = one.heads_q = one.heads_kv = 1;
     set_bhnd_strides(one);
     ReferenceOutput ref = cpu_reference(one, q.data(), k.data(), v.data());
     CompareResult r = compare(o, ref.o, bf16_tolerance());
-    EXPECT_TRUE(r.ok) << "batch " << s.batch - 1 << " head " << h << " (element offset " << off << "): " << r.summary();
+    EXPECT_TRUE(r.ok) << "batch " << b << " head " << h << " (element offset "
+                      << b * p.o_stride.batch + h * p.o_stride.head << "): " << r.summary();
   }
+}
+
+void expect_64bit_row_offsets(const StepInfo& step) {
+  FA_REQUIRE_GPU();
+  // (B, N, H, D) with a row stride of 2^19 elements (a strided view): row 4096 starts at element
+  // 2^31, so row × sequence stride overflows 32 bits while every tensor is small in elements.
+  ProblemShape s = make(1, 2, 2, 4100, 4100, 64, true);
+  s.layout = Layout::bnhd;
+  s.row_gap = (int64_t(1) << 19) - s.heads_q * s.head_dim;
+  s.kv_pad_rows = 0;  // the guards still follow the last row
+  s.seed = seed_for("Overflow.RowStride");
+  s.with_lse = step.caps.lse;
+  const AttentionParams shape = shape_params(s);
+  ASSERT_GT(double(s.seqlen_q - 1) * double(shape.q_stride.seq), double(int64_t(1) << 31));
+  const double span = double(s.seqlen_q) * double(shape.q_stride.seq);
+  if (step.caps.max_tensor_elements > 0 && span > double(step.caps.max_tensor_elements)) {
+    Status refused = step.forward(validation_params(s), nullptr);
+    EXPECT_FALSE(refused.ok()) << "a step with a tensor-size limit must refuse a larger tensor";
+    return;
+  }
+  size_t free_bytes = 0, total = 0;
+  FA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  const double need = 4 * span * 2 + double(s.heads_q) * s.seqlen_q * s.seqlen_kv * 4 + (2ull << 30);
+  if (double(free_bytes) < need)
+    GTEST_SKIP() << "needs " << need / 1e9 << " GB of free GPU memory, " << free_bytes / 1e9 << " GB free";
+  expect_matches_reference(step, s);
 }
 
 const StepInfo& the_step() {
@@ -238,6 +286,7 @@ void register_large_suite() {
   for (const StepInfo& st : steps()) {
     const StepInfo* step = &st;
     add_test("Overflow", "Past2To31Elements", [step] { expect_64bit_offsets(*step); });
+    add_test("Overflow", "RowStridePast2To31", [step] { expect_64bit_row_offsets(*step); });
   }
 }
 
