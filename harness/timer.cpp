@@ -1,6 +1,7 @@
 #include "harness/timer.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "harness/cuda_check.h"
 #include "harness/device_buffer.h"
@@ -38,6 +39,15 @@ Timing time_on_stream(const std::function<void(cudaStream_t)>& fn, const TimingO
   t.min_ms = *std::min_element(t.samples_ms.begin(), t.samples_ms.end());
   t.max_ms = *std::max_element(t.samples_ms.begin(), t.samples_ms.end());
   return t;
+}
+
+Timing time_step(const StepInfo& step, const AttentionParams& p, const TimingOptions& opt, cudaStream_t stream) {
+  return time_on_stream(
+      [&](cudaStream_t s) {
+        Status st = step.forward(p, s);
+        if (!st.ok()) throw std::runtime_error(st.message());
+      },
+      opt, stream);
 }
 
 TimingOptions fit_to_budget(TimingOptions opt, double probe_ms, double budget_ms, int min_iters) {

@@ -1,5 +1,6 @@
 // Timing device work with CUDA events: warm-up, an L2 flush before every timed run (so each run
-// reads its inputs from HBM, as a real model would), and the median of many runs.
+// reads its inputs from HBM, as a real model would), and the median of many runs. time_step is the
+// one way a course step is timed: fa2 bench, its ladder preset and fa2 run all call it.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "fa/registry.h"
 #include "library/median.h"  // median()
 
 namespace fa {
@@ -26,6 +28,10 @@ struct Timing {
 // Throws on any CUDA error.
 Timing time_on_stream(const std::function<void(cudaStream_t)>& fn, const TimingOptions& opt,
                       cudaStream_t stream = nullptr);
+
+// Times `step.forward(p)`; a step that refuses `p` throws std::runtime_error with its message.
+Timing time_step(const StepInfo& step, const AttentionParams& p, const TimingOptions& opt,
+                 cudaStream_t stream = nullptr);
 
 // A sweep point whose single run takes `probe_ms` gets fewer runs when `iters` of them would take
 // longer than `budget_ms`: a 600 ms kernel's median is as steady over 5 runs as a 0.5 ms kernel's

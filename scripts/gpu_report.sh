@@ -5,11 +5,12 @@
 #   scripts/gpu_report.sh [results-dir]        (default docs/results)
 # Environment: BUILD_DIR (build), FA_COMMIT (default: git rev-parse), FA_CMAKE_ARGS,
 # FA_SKIP_SANITIZER=1 to skip the sanitizer pass, FA_LADDER_ARGS for extra ladder options,
-# FA_WITH_COMPARE=1 to also run `fa2 bench` (bench_<gpu>.csv and .md) and scripts/compare.py (every
-# step, the default sweeps) into the same results folder — the whole performance picture in one
-# command. A step that fails its check in either, or a provider that disagrees, fails the run.
-# FA_COMPARE_ARGS: extra compare.py arguments, e.g. --baseline old=/path/libfa2_capi.so:7 to time
-# another build's steps in the same run.
+# FA_WITH_COMPARE=1 to also run scripts/compare.py (every step through `fa2 bench` over the default
+# sweep, next to PyTorch SDPA, Triton and the GEMM/copy ceilings) into the same results folder:
+# compare_<gpu>.{csv,json,md,png}, bench_<gpu>.csv (the fa2 bench rows) and the README block — the
+# whole performance picture in one command. A step that fails its check, or a provider that
+# disagrees, fails the run. FA_COMPARE_ARGS: extra compare.py arguments, e.g.
+# --baseline old=/path/to/old/build/fa2:7 to time an old build's step 07 shape by shape beside them.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -90,22 +91,18 @@ grep -E "tests passed|tests failed" "$logs/ctest.log"
 echo "== sanitizer done: $(grep -c clean "$sanitizer_csv") clean, $(grep -c FAIL "$sanitizer_csv") failed"
 
 echo "== ladder"
-# shellcheck disable=SC2086
-"$build/fa2" ladder --csv "$logs/ladder_d64.csv" --d 64 ${FA_LADDER_ARGS:-} 2>"$logs/ladder_d64.err" | tee "$logs/ladder_d64.md"
-# shellcheck disable=SC2086
-"$build/fa2" ladder --csv "$logs/ladder_d128.csv" --d 128 ${FA_LADDER_ARGS:-} 2>"$logs/ladder_d128.err" | tee "$logs/ladder_d128.md"
+# fa2 bench's ladder preset; the report writer turns the CSVs into the report's tables.
+for d in 64 128; do
+  # shellcheck disable=SC2086
+  "$build/fa2" ladder --csv "$logs/ladder_d$d.csv" --d $d ${FA_LADDER_ARGS:-} 2>"$logs/ladder_d$d.err"
+done
 
 kill "$clock_pid" 2>/dev/null
 
 if [ "${FA_WITH_COMPARE:-0}" = 1 ]; then
-  echo "== fa2 bench"
-  "$build/fa2" bench --csv "$results/bench_${slug}.csv" >"$results/bench_${slug}.md" 2>"$logs/bench.err"
-  bench_rc=$?
-  tail -5 "$results/bench_${slug}.md"
-  [ $bench_rc -eq 0 ] || { echo "fa2 bench failed (exit $bench_rc): a step failed its check"; ctest_rc=1; }
-  echo "== compare.py"
+  echo "== compare.py (fa2 bench shape by shape, SDPA, Triton, ceilings)"
   # shellcheck disable=SC2086
-  python3 scripts/compare.py --lib "$build/libfa2_capi.so" --out "$results" --commit "$commit" ${FA_COMPARE_ARGS:-} \
+  python3 scripts/compare.py --fa2 "$build/fa2" --out "$results" --commit "$commit" ${FA_COMPARE_ARGS:-} \
     >"$logs/compare.log" 2>&1
   compare_rc=$?
   tail -5 "$logs/compare.log"

@@ -1,4 +1,6 @@
-// fa2 bench: every step over a sweep of shapes, each point checked once and then timed twice.
+// fa2 bench: the course's one benchmark. Every step over a sweep of shapes, each point checked
+// once against the fp32 GPU reference and then timed (harness/timer.h's time_step) `--repeats`
+// times; `fa2 ladder` is a preset of it (one shape, every step, a column per lesson).
 //
 // The default sweep is the one production kernels are quoted on (docs/performance.md): a fixed
 // 16k-token batch (B = 16384 / N) with hidden size 2048 (H = 2048 / D), for D in {64, 128},
@@ -6,9 +8,8 @@
 // B·N and H·D fixed keeps the work per point comparable while N, and with it the share of
 // the work spent on the softmax and the causal diagonal, changes.
 //
-// Per shape: generate the inputs once, compute the fp32 GPU reference once, check every step
-// against it (a mismatch is reported and makes the exit code non-zero), then time every step
-// that passed, `--repeats` times (rows repeat = 0, 1, ...) so the CSV shows the run-to-run spread.
+// `--list` prints the plan without a GPU (`--list --json`: the sweep, each point's FLOP count, the
+// tolerances and the timing options, which scripts/compare.py reads instead of keeping copies).
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,14 +17,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "harness/check.h"
 #include "harness/cli.h"
-#include "harness/cuda_check.h"
 #include "harness/flops.h"
 #include "harness/gpu.h"
 #include "harness/timer.h"
@@ -40,24 +39,30 @@ namespace {
 struct BenchShape {
   int64_t batch = 0, heads = 0, seqlen = 0, head_dim = 0;
   bool causal = false;
-  std::string family;  // "16k-tokens", "seed" or "custom"
+  std::string family;  // "16k-tokens", "seed", "ladder" or "custom"
 };
 
-// A measured (or skipped) point of the sweep, one per step × shape × repeat.
-struct BenchRow {
-  int step = 0;
-  BenchShape shape;
-  int repeat = 0;
-  std::string config;
-  double median_ms = 0, min_ms = 0, max_ms = 0, tflops = 0, max_abs_err = 0;
-  int iters = 0;
+// What one run does: the same structure for both presets, only the defaults differ.
+struct Plan {
+  bool ladder = false;
+  std::vector<const StepInfo*> steps;
+  std::vector<BenchShape> sweep;
+  std::vector<int64_t> slow_steps;
+  int64_t slow_max_n = 0;
+  double max_ms = 0, point_budget_ms = 0;
+  int repeats = 1;
+  TimingOptions timing;
 };
 
-struct Note {
-  int step;
-  BenchShape shape;
-  std::string text;
-  bool failure;
+// One (step, shape) of the plan: its verdict, and one Timing per repeat once it is timed.
+struct Point {
+  const StepInfo* step = nullptr;
+  size_t shape = 0;
+  std::string status = "ok";  // ok | unsupported | skipped | fail
+  std::string note, config;
+  double max_abs_err = -1, rel_err = -1, flops = 0;
+  TimingOptions timing;
+  std::vector<Timing> times;
 };
 
 std::string commit_id() {
@@ -71,6 +76,12 @@ std::string shape_label(const BenchShape& s) {
   return os.str();
 }
 
+std::string step_label(const StepInfo& st) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%02d_%s", st.number, st.name.c_str());
+  return buf;
+}
+
 // One CSV field: quoted when it holds a comma or a quote.
 std::string csv_field(const std::string& v) {
   if (v.find_first_of(",\"\n") == std::string::npos) return v;
@@ -79,51 +90,27 @@ std::string csv_field(const std::string& v) {
   return out + "\"";
 }
 
-// The sweep the options ask for. Any of --n, --d, --b, --h replaces the default grid values
-// and drops the seed shape (add it back with explicit --b 2 --h 16 --n 4096 --d 64).
-std::vector<BenchShape> build_sweep(const CliArgs& cli) {
-  const int64_t tokens = cli.get_int("tokens", 16384);
-  const int64_t hidden = cli.get_int("hidden", 2048);
-  if (tokens < 1 || hidden < 1) throw std::invalid_argument("--tokens and --hidden must be >= 1");
-  const std::vector<int64_t> ns = cli.get_int_list("n", {1024, 2048, 4096, 8192, 16384});
-  const std::vector<int64_t> ds = cli.get_int_list("d", {64, 128});
-  const bool custom = cli.has("n") || cli.has("d") || cli.has("b") || cli.has("h");
-  std::vector<bool> causal_modes;
-  if (!cli.flag("causal-only")) causal_modes.push_back(false);
-  if (!cli.flag("no-causal")) causal_modes.push_back(true);
-  if (causal_modes.empty()) throw std::invalid_argument("--causal-only and --no-causal exclude each other");
+std::string json_string(const std::string& v) {
+  std::string out = "\"";
+  for (unsigned char c : v) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "\"";
+}
 
-  std::vector<BenchShape> out;
-  for (int64_t d : ds) {
-    if (d < 1) throw std::invalid_argument("--d values must be >= 1");
-    for (bool causal : causal_modes) {
-      for (int64_t n : ns) {
-        if (n < 1) throw std::invalid_argument("--n values must be >= 1");
-        BenchShape s;
-        s.seqlen = n;
-        s.head_dim = d;
-        s.causal = causal;
-        s.batch = cli.has("b") ? cli.get_int("b", 1) : std::max<int64_t>(1, tokens / n);
-        s.heads = cli.has("h") ? cli.get_int("h", 1) : std::max<int64_t>(1, hidden / d);
-        if (s.batch < 1 || s.heads < 1) throw std::invalid_argument("--b and --h must be >= 1");
-        s.family = custom ? "custom" : "16k-tokens";
-        out.push_back(s);
-      }
-    }
-  }
-  if (!custom && !cli.flag("no-seed-shape")) {
-    for (bool causal : causal_modes) {
-      BenchShape s;
-      s.batch = 2;
-      s.heads = 16;
-      s.seqlen = 4096;
-      s.head_dim = 64;
-      s.causal = causal;
-      s.family = "seed";
-      out.push_back(s);
-    }
-  }
-  return out;
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
 }
 
 ProblemShape problem_shape(const BenchShape& s) {
@@ -133,64 +120,198 @@ ProblemShape problem_shape(const BenchShape& s) {
   shape.seqlen_q = shape.seqlen_kv = s.seqlen;
   shape.head_dim = s.head_dim;
   shape.causal = s.causal;
+  shape.kv_pad_rows = 0;  // contiguous tensors, as a model (and PyTorch) would pass them
   return shape;
 }
 
-AttentionParams params_for(const BenchShape& s) {
-  return validation_params(problem_shape(s));  // validation only: the pointers are never dereferenced
+// The sweep the options ask for. --n and --d replace the default grid values (B and H still follow
+// from --tokens and --hidden); --b or --h give a custom grid. Either drops the seed shape.
+std::vector<BenchShape> build_sweep(const CliArgs& cli, bool ladder) {
+  const int64_t tokens = cli.get_int("tokens", 16384);
+  const int64_t hidden = cli.get_int("hidden", 2048);
+  if (tokens < 1 || hidden < 1) throw std::invalid_argument("--tokens and --hidden must be >= 1");
+  const std::vector<int64_t> default_n =
+      ladder ? std::vector<int64_t>{4096}
+             : (cli.flag("quick") ? std::vector<int64_t>{1024, 4096}
+                                  : std::vector<int64_t>{1024, 2048, 4096, 8192, 16384});
+  const std::vector<int64_t> ns = cli.get_int_list("n", default_n);
+  const std::vector<int64_t> ds =
+      cli.get_int_list("d", ladder ? std::vector<int64_t>{64} : std::vector<int64_t>{64, 128});
+  const bool custom = ladder || cli.has("b") || cli.has("h");
+  std::vector<bool> causal_modes;
+  if (!cli.flag("causal-only")) causal_modes.push_back(false);
+  if (!cli.flag("no-causal")) causal_modes.push_back(true);
+  if (causal_modes.empty()) throw std::invalid_argument("--causal-only and --no-causal exclude each other");
+
+  std::vector<BenchShape> out;
+  auto add = [&](int64_t b, int64_t h, int64_t n, int64_t d, bool causal, const char* family) {
+    if (n < 1) throw std::invalid_argument("--n values must be >= 1");
+    if (d < 1) throw std::invalid_argument("--d values must be >= 1");
+    if (b < 1 || h < 1) throw std::invalid_argument("--b and --h must be >= 1");
+    out.push_back({b, h, n, d, causal, family});
+  };
+  for (int64_t d : ds)
+    for (bool causal : causal_modes)
+      for (int64_t n : ns) {
+        if (custom)
+          add(cli.get_int("b", 2), cli.get_int("h", 16), n, d, causal, ladder ? "ladder" : "custom");
+        else
+          add(std::max<int64_t>(1, tokens / std::max<int64_t>(n, 1)),
+              std::max<int64_t>(1, hidden / std::max<int64_t>(d, 1)), n, d, causal, "16k-tokens");
+      }
+  if (!custom && !cli.has("n") && !cli.has("d") && !cli.flag("no-seed-shape"))
+    for (bool causal : causal_modes) add(2, 16, 4096, 64, causal, "seed");
+  return out;
 }
 
-// Why `step` is not run on `s`, or "" when it is. Decided before any GPU work, so the plan can
-// be printed with --dry-run.
-std::string skip_reason(const StepInfo& step, const BenchShape& s, const std::vector<int64_t>& slow_steps,
-                        int64_t slow_max_n) {
-  if (Status st = validate(params_for(s), step.caps); !st.ok()) return "not supported: " + st.message();
-  const bool slow = std::find(slow_steps.begin(), slow_steps.end(), step.number) != slow_steps.end();
-  if (slow && slow_max_n > 0 && s.seqlen > slow_max_n)
-    return "skipped: CUDA-core step, too slow above N=" + std::to_string(slow_max_n) +
-           " (change with --slow-max-n, 0 = no limit)";
-  return "";
+Plan make_plan(const CliArgs& cli, bool ladder) {
+  Plan plan;
+  plan.ladder = ladder;
+  std::vector<int64_t> all;
+  for (const StepInfo& s : steps()) all.push_back(s.number);
+  for (int64_t n : cli.get_int_list("steps", all)) {
+    const StepInfo* st = find_step(int(n));
+    if (!st) throw std::invalid_argument(unknown_step_message(int(n)));
+    plan.steps.push_back(st);
+  }
+  plan.sweep = build_sweep(cli, ladder);
+  plan.slow_steps = cli.get_int_list("slow-steps", {0, 1, 2});
+  plan.slow_max_n = cli.get_int("slow-max-n", ladder ? 0 : 4096);
+  plan.max_ms = cli.get_double("max-ms-per-point", ladder ? 0.0 : 1000.0);
+  plan.point_budget_ms = cli.get_double("point-budget-ms", 1000.0);
+  plan.repeats = int(cli.get_int("repeats", ladder ? 1 : 2));
+  plan.timing.iters = int(cli.get_int("iters", ladder ? 10 : 20));
+  plan.timing.warmup = int(cli.get_int("warmup", ladder ? 2 : 3));
+  plan.timing.flush_l2 = !cli.flag("no-flush");
+  if (plan.repeats < 1 || plan.timing.iters < 1 || plan.timing.warmup < 0)
+    throw std::invalid_argument("--repeats and --iters must be >= 1, --warmup >= 0");
+  return plan;
+}
+
+// Every (shape, step) point, with the verdict that can be reached before any GPU work.
+std::vector<Point> plan_points(const Plan& plan) {
+  std::vector<Point> points;
+  for (size_t i = 0; i < plan.sweep.size(); ++i) {
+    const BenchShape& s = plan.sweep[i];
+    const AttentionParams vp = validation_params(problem_shape(s));  // stand-in pointers, no GPU
+    for (const StepInfo* st : plan.steps) {
+      Point p;
+      p.step = st;
+      p.shape = i;
+      p.flops = attention_flops(vp);
+      const bool slow = std::find(plan.slow_steps.begin(), plan.slow_steps.end(), st->number) != plan.slow_steps.end();
+      if (Status v = validate(vp, st->caps); !v.ok()) {
+        p.status = "unsupported";
+        p.note = "not supported: " + v.message();
+      } else if (slow && plan.slow_max_n > 0 && s.seqlen > plan.slow_max_n) {
+        p.status = "skipped";
+        p.note = "skipped: CUDA-core step, too slow above N=" + std::to_string(plan.slow_max_n) +
+                 " (change with --slow-max-n, 0 = no limit)";
+      }
+      points.push_back(p);
+    }
+  }
+  return points;
+}
+
+std::string skip_rules(const Plan& plan) {
+  std::string list;
+  for (size_t i = 0; i < plan.slow_steps.size(); ++i) list += (i ? "," : "") + std::to_string(plan.slow_steps[i]);
+  std::ostringstream os;
+  if (plan.slow_max_n > 0)
+    os << "Skipped: steps " << list << " (fp32 on CUDA cores, very slow) above N=" << plan.slow_max_n
+       << " (--slow-max-n).\n";
+  if (plan.max_ms > 0)
+    os << "Skipped: any step whose single run takes longer than " << plan.max_ms << " ms (--max-ms-per-point).\n";
+  return os.str();
+}
+
+void print_plan(const Plan& plan, const std::vector<Point>& points) {
+  size_t timed = 0;
+  for (const Point& p : points) timed += p.status == "ok" ? size_t(plan.repeats) : 0;
+  std::printf("fa2 %s plan: %zu shapes, %zu steps, %d repeats, %zu timed points\n", plan.ladder ? "ladder" : "bench",
+              plan.sweep.size(), plan.steps.size(), plan.repeats, timed);
+  for (size_t i = 0; i < plan.sweep.size(); ++i) {
+    std::printf("  %-34s [%s] steps:", shape_label(plan.sweep[i]).c_str(), plan.sweep[i].family.c_str());
+    for (const Point& p : points)
+      if (p.shape == i && p.status == "ok") std::printf(" %02d", p.step->number);
+    std::printf("\n");
+  }
+  for (const Point& p : points)
+    if (p.status != "ok")
+      std::printf("  step %02d, %s: %s\n", p.step->number, shape_label(plan.sweep[p.shape]).c_str(), p.note.c_str());
+  std::printf("%s", skip_rules(plan).c_str());
+}
+
+void print_plan_json(const Plan& plan, const std::vector<Point>& points) {
+  auto tol = [](const Tolerance& t) {
+    return "{\"atol\": " + num(t.atol) + ", \"rtol\": " + num(t.rtol) + ", \"max_rel_norm\": " + num(t.max_rel_norm) +
+           "}";
+  };
+  std::ostringstream os;
+  os << "{\n  \"commit\": " << json_string(commit_id()) << ",\n  \"tolerance\": {\"o\": " << tol(bf16_tolerance())
+     << ", \"lse\": " << tol(lse_tolerance()) << "},\n  \"timing\": {\"warmup\": " << plan.timing.warmup
+     << ", \"iters\": " << plan.timing.iters << ", \"repeats\": " << plan.repeats
+     << ", \"flush_l2\": " << (plan.timing.flush_l2 ? "true" : "false")
+     << ", \"point_budget_ms\": " << num(plan.point_budget_ms) << ", \"max_ms_per_point\": " << num(plan.max_ms)
+     << ", \"slow_max_n\": " << plan.slow_max_n << ", \"slow_steps\": [";
+  for (size_t i = 0; i < plan.slow_steps.size(); ++i) os << (i ? ", " : "") << plan.slow_steps[i];
+  os << "]},\n  \"steps\": [";
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const StepInfo& st = *plan.steps[i];
+    os << (i ? "," : "") << "\n    {\"number\": " << st.number << ", \"name\": " << json_string(st.name)
+       << ", \"base\": " << st.base << ", \"lesson\": " << json_string(st.lesson)
+       << ", \"causal\": " << (st.caps.causal ? "true" : "false") << ", \"lse\": " << (st.caps.lse ? "true" : "false")
+       << "}";
+  }
+  os << "\n  ],\n  \"shapes\": [";
+  for (size_t i = 0; i < plan.sweep.size(); ++i) {
+    const BenchShape& s = plan.sweep[i];
+    os << (i ? "," : "") << "\n    {\"family\": " << json_string(s.family) << ", \"B\": " << s.batch
+       << ", \"H\": " << s.heads << ", \"N\": " << s.seqlen << ", \"D\": " << s.head_dim
+       << ", \"causal\": " << (s.causal ? "true" : "false");
+    char flops[32];
+    std::snprintf(flops, sizeof flops, "%.17g", attention_flops(validation_params(problem_shape(s))));
+    os << ", \"flops\": " << flops;
+    std::string run, not_run;
+    for (const Point& p : points) {
+      if (p.shape != i) continue;
+      if (p.status == "ok")
+        run += (run.empty() ? "" : ", ") + std::to_string(p.step->number);
+      else
+        not_run += std::string(not_run.empty() ? "" : ", ") + "{\"step\": " + std::to_string(p.step->number) +
+                   ", \"status\": " + json_string(p.status) + ", \"note\": " + json_string(p.note) + "}";
+    }
+    os << ", \"run\": [" << run << "], \"not_run\": [" << not_run << "]}";
+  }
+  os << "\n  ]\n}\n";
+  std::printf("%s", os.str().c_str());
 }
 
 // A one-line progress bar on stderr; plain lines when stderr is not a terminal (CI logs).
 class Progress {
  public:
   explicit Progress(size_t total) : total_(std::max<size_t>(total, 1)), tty_(isatty(fileno(stderr)) != 0) {}
-
   void show(size_t done, const std::string& what) {
-    done_ = done;
-    what_ = what;
     if (!tty_) {
       std::fprintf(stderr, "[bench %zu/%zu] %s\n", done, total_, what.c_str());
       return;
     }
-    draw();
+    constexpr int kWidth = 30;
+    std::string bar(size_t(double(done) / double(total_) * kWidth), '#');
+    bar.resize(kWidth, '.');
+    std::fprintf(stderr, "\r\x1b[K[%s] %3d%% %zu/%zu %s", bar.c_str(), int(100.0 * double(done) / double(total_)), done,
+                 total_, what.c_str());
+    std::fflush(stderr);
   }
-  // A message on its own line above the bar.
-  void note(const std::string& text) {
-    if (tty_) std::fprintf(stderr, "\r\x1b[K");
-    std::fprintf(stderr, "  %s\n", text.c_str());
-    if (tty_) draw();
-  }
+  void note(const std::string& text) { std::fprintf(stderr, "%s  %s\n", tty_ ? "\r\x1b[K" : "", text.c_str()); }
   void finish(size_t done) {
-    if (tty_) std::fprintf(stderr, "\r\x1b[K");
-    std::fprintf(stderr, "[bench] done: %zu of %zu planned points\n", done, total_);
+    std::fprintf(stderr, "%s[bench] done: %zu of %zu planned points\n", tty_ ? "\r\x1b[K" : "", done, total_);
   }
 
  private:
-  void draw() {
-    constexpr int kWidth = 30;
-    const int filled = int(double(done_) / double(total_) * kWidth);
-    std::string bar(size_t(filled), '#');
-    bar.resize(kWidth, '.');
-    std::fprintf(stderr, "\r\x1b[K[%s] %3d%% %zu/%zu %s", bar.c_str(), int(100.0 * double(done_) / double(total_)),
-                 done_, total_, what_.c_str());
-    std::fflush(stderr);
-  }
-
-  size_t total_, done_ = 0;
+  size_t total_;
   bool tty_;
-  std::string what_;
 };
 
 bool is_out_of_memory(const std::string& message) {
@@ -198,235 +319,181 @@ bool is_out_of_memory(const std::string& message) {
          message.find("out of memory") != std::string::npos;
 }
 
-// One run of `step`, timed with events: the probe that decides whether a point is affordable.
-double time_one_run(const StepInfo& step, const AttentionParams& p) {
-  const TimingOptions once{/*warmup=*/0, /*iters=*/1, /*flush_l2=*/false};
-  return time_on_stream(
-             [&](cudaStream_t stream) {
-               Status st = step.forward(p, stream);
-               if (!st.ok()) throw std::runtime_error(st.message());
-             },
-             once)
-      .median_ms;
+// Checks every runnable point of shape `i` once, then times the ones that passed: all of them
+// once, then all again, so slow drifts (clocks, temperature) show up as spread between repeats
+// rather than as a bias against whichever step ran last.
+void measure_shape(const Plan& plan, size_t i, std::vector<Point*>& points, Progress& bar, size_t& done) {
+  const BenchShape& s = plan.sweep[i];
+  ProblemShape ps = problem_shape(s);
+  ps.seed = 2024 + i;
+  ps.with_lse = true;
+  AttentionProblem prob(ps);
+  bar.show(done, shape_label(s) + ": fp32 GPU reference");
+  const ReferenceData ref = compute_reference(prob, ReferenceKind::gpu);
+  std::vector<std::pair<Point*, AttentionParams>> ready;
+  for (Point* pt : points) {
+    const StepInfo& st = *pt->step;
+    bar.show(done, shape_label(s) + ": checking step " + std::to_string(st.number));
+    CheckResult r = run_and_check(st, prob, ref);
+    AttentionParams p = prob.params();
+    if (!st.caps.lse) p.lse = nullptr;
+    pt->max_abs_err = r.o.max_abs_err;
+    pt->rel_err = r.o.rel_norm;
+    if (!r.status.ok() && is_out_of_memory(r.status.message())) {
+      // Not a wrong answer: the shape does not fit next to the step's own buffers (step 00's N²
+      // score matrix with large --b/--h).
+      pt->status = "skipped";
+      pt->note = "skipped: out of device memory: " + r.status.message();
+    } else if (!r.ok()) {
+      pt->status = "fail";
+      pt->note = "FAILED check: " + r.summary();
+    } else if (const double probe = time_step(st, p, {0, 1, false}).median_ms; plan.max_ms > 0 && probe > plan.max_ms) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "skipped: one run takes %.0f ms > --max-ms-per-point %.0f", probe, plan.max_ms);
+      pt->status = "skipped";
+      pt->note = buf;
+    } else {
+      pt->config = describe_config(st, p);
+      pt->timing = fit_to_budget(plan.timing, probe, plan.point_budget_ms);
+      ready.push_back({pt, p});
+      continue;
+    }
+    bar.note("step " + std::to_string(st.number) + ", " + shape_label(s) + ": " + pt->note);
+    done += size_t(plan.repeats);
+  }
+  for (int rep = 0; rep < plan.repeats; ++rep)
+    for (auto& [pt, p] : ready) {
+      bar.show(done, shape_label(s) + ": step " + std::to_string(pt->step->number) + " repeat " + std::to_string(rep));
+      pt->times.push_back(time_step(*pt->step, p, pt->timing));
+      ++done;
+    }
 }
 
-void usage_note(std::FILE* f, int64_t slow_max_n, const std::vector<int64_t>& slow_steps, double max_ms) {
-  std::string list;
-  for (size_t i = 0; i < slow_steps.size(); ++i) {
-    if (i) list += ',';
-    list += std::to_string(slow_steps[i]);
+double median_ms(const Point& p) {
+  std::vector<double> ms;
+  for (const Timing& t : p.times) ms.push_back(t.median_ms);
+  return ms.empty() ? 0 : median(ms);
+}
+
+void write_csv(const std::string& path, const Plan& plan, const std::vector<Point>& points) {
+  std::ofstream csv(path);
+  if (!csv) throw std::invalid_argument("cannot write --csv file '" + path + "'");
+  csv << "step,B,H_q,H_kv,N_q,N_kv,D,causal,dtype,median_ms,tflops,gpu,sm_clock_mhz,commit,config,repeat,"
+         "min_ms,max_ms,iters,max_abs_err,family,name,rel_err,status,note\n";
+  const std::string gpu = csv_field(gpu_name()), commit = csv_field(commit_id());
+  const int clock = gpu_sm_clock_mhz();
+  for (const Point& p : points) {
+    const BenchShape& s = plan.sweep[p.shape];
+    const size_t rows = std::max<size_t>(p.times.size(), 1);
+    for (size_t rep = 0; rep < rows; ++rep) {
+      const Timing* t = rep < p.times.size() ? &p.times[rep] : nullptr;
+      auto opt = [](bool have, double v) { return have ? num(v) : std::string(); };
+      csv << p.step->number << ',' << s.batch << ',' << s.heads << ',' << s.heads << ',' << s.seqlen << ',' << s.seqlen
+          << ',' << s.head_dim << ',' << (s.causal ? 1 : 0) << ",bf16," << opt(t, t ? t->median_ms : 0) << ','
+          << opt(t, t ? p.flops / (t->median_ms * 1e-3) / 1e12 : 0) << ',' << gpu << ',' << clock << ',' << commit
+          << ',' << csv_field(p.config) << ',' << rep << ',' << opt(t, t ? t->min_ms : 0) << ','
+          << opt(t, t ? t->max_ms : 0) << ',' << (t ? std::to_string(p.timing.iters) : "") << ','
+          << opt(p.max_abs_err >= 0, p.max_abs_err) << ',' << s.family << ',' << p.step->name << ','
+          << opt(p.rel_err >= 0, p.rel_err) << ',' << p.status << ',' << csv_field(p.note) << '\n';
+    }
   }
-  std::fprintf(f, "Skipped by default: steps %s (fp32 on CUDA cores, very slow) above N=%lld (--slow-max-n);\n",
-               list.c_str(), (long long)slow_max_n);
-  std::fprintf(f, "any step whose single run takes longer than %.0f ms (--max-ms-per-point).\n", max_ms);
+}
+
+// A markdown table cell: '|' escaped (check summaries say "max|err|").
+std::string cell(const std::string& v) {
+  std::string out;
+  for (char c : v) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+// The terminal table: one line per (shape, step), the repeats side by side, each step's speed-up
+// over the previous timed step on the same shape.
+void print_table(const Plan& plan, const std::vector<Point>& points) {
+  if (plan.ladder)
+    std::printf("\nFlashAttention-2 step ladder — bf16 — %s — commit %s\n\n", gpu_description().c_str(),
+                commit_id().c_str());
+  else
+    std::printf(
+        "\nfa2 bench — %s — commit %s — bf16, median of %d runs (fewer above a %.0f ms budget), L2 %s, %d "
+        "repeats\n\n",
+        gpu_description().c_str(), commit_id().c_str(), plan.timing.iters, plan.point_budget_ms,
+        plan.timing.flush_l2 ? "flushed" : "not flushed", plan.repeats);
+  std::printf(
+      "| step |%s shape | max err | rel err | ms (per repeat) | TFLOP/s | spread | × previous | check | config |\n",
+      plan.ladder ? " lesson |" : "");
+  std::printf("|---|%s---|---|---|---|---|---|---|---|---|\n", plan.ladder ? "---|" : "");
+  double prev = 0;
+  size_t prev_shape = size_t(-1);
+  for (const Point& p : points) {
+    if (p.shape != prev_shape) prev = 0;
+    prev_shape = p.shape;
+    std::string ms, err = "—", rel = "—", tf = "—", spread = "—", speedup = "—";
+    double lo = 1e300, hi = 0;
+    char buf[64];
+    for (const Timing& t : p.times) {
+      std::snprintf(buf, sizeof buf, "%s%.3f", ms.empty() ? "" : " / ", t.median_ms);
+      ms += buf;
+      lo = std::min(lo, t.median_ms);
+      hi = std::max(hi, t.median_ms);
+    }
+    if (p.max_abs_err >= 0) std::snprintf(buf, sizeof buf, "%.2e", p.max_abs_err), err = buf;
+    if (p.rel_err >= 0) std::snprintf(buf, sizeof buf, "%.2e", p.rel_err), rel = buf;
+    if (!p.times.empty()) {
+      const double m = median_ms(p);
+      std::snprintf(buf, sizeof buf, "%.1f", p.flops / (m * 1e-3) / 1e12), tf = buf;
+      std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * (hi - lo) / lo), spread = buf;
+      if (prev > 0) std::snprintf(buf, sizeof buf, "%.2f×", prev / m), speedup = buf;
+      prev = m;
+    }
+    std::printf("| %s |%s%s%s %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", step_label(*p.step).c_str(),
+                plan.ladder ? " " : "", plan.ladder ? p.step->lesson.c_str() : "", plan.ladder ? " |" : "",
+                shape_label(plan.sweep[p.shape]).c_str(), err.c_str(), rel.c_str(), ms.empty() ? "—" : ms.c_str(),
+                tf.c_str(), spread.c_str(), speedup.c_str(), p.status == "ok" ? "pass" : cell(p.note).c_str(),
+                p.config.empty() ? "—" : p.config.c_str());
+  }
+  std::printf("\n%s", skip_rules(plan).c_str());
+}
+
+int run_bench(const std::vector<std::string>& args, bool ladder) {
+  const char* command = ladder ? "ladder" : "bench";
+  CliArgs cli(args, {"causal-only", "no-causal", "no-seed-shape", "dry-run", "list", "json", "no-flush", "quick"},
+              {"steps", "n", "d", "b", "h", "tokens", "hidden", "csv", "iters", "warmup", "repeats", "slow-steps",
+               "slow-max-n", "max-ms-per-point", "point-budget-ms"});
+  const Plan plan = make_plan(cli, ladder);
+  std::vector<Point> points = plan_points(plan);
+  if (cli.flag("json") && !cli.flag("list")) throw std::invalid_argument("--json goes with --list (timings: --csv)");
+  if (cli.flag("list") || cli.flag("dry-run")) {
+    cli.flag("json") ? print_plan_json(plan, points) : print_plan(plan, points);
+    return 0;
+  }
+  if (!require_gpu(command)) return 1;
+  std::fprintf(stderr, "GPU: %s; commit %s\n%s", gpu_description().c_str(), commit_id().c_str(),
+               skip_rules(plan).c_str());
+  size_t total = 0, done = 0;
+  for (const Point& p : points) total += p.status == "ok" ? size_t(plan.repeats) : 0;
+  Progress bar(total);
+  for (size_t i = 0; i < plan.sweep.size(); ++i) {
+    std::vector<Point*> runnable;
+    for (Point& p : points)
+      if (p.shape == i && p.status == "ok") runnable.push_back(&p);
+    if (!runnable.empty()) measure_shape(plan, i, runnable, bar, done);
+    // Written after every shape: a long sweep that dies halfway still leaves its finished rows.
+    if (cli.has("csv")) write_csv(cli.get("csv", ""), plan, points);
+  }
+  bar.finish(done);
+  print_table(plan, points);
+  const bool all_ok = std::none_of(points.begin(), points.end(), [](const Point& p) { return p.status == "fail"; });
+  if (!all_ok) std::fprintf(stderr, "fa2 %s: at least one step FAILED its check (see above)\n", command);
+  return all_ok ? 0 : 3;
 }
 
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
-  CliArgs cli(args, {"causal-only", "no-causal", "no-seed-shape", "dry-run", "no-flush"},
-              {"steps", "n", "d", "b", "h", "tokens", "hidden", "csv", "iters", "warmup", "repeats", "slow-steps",
-               "slow-max-n", "max-ms-per-point", "point-budget-ms"});
-  std::vector<int64_t> all;
-  for (const StepInfo& s : steps()) all.push_back(s.number);
-  const std::vector<int64_t> wanted = cli.get_int_list("steps", all);
-  for (int64_t n : wanted)
-    if (!find_step(int(n))) throw std::invalid_argument(unknown_step_message(int(n)));
-  const std::vector<BenchShape> sweep = build_sweep(cli);
-  const std::vector<int64_t> slow_steps = cli.get_int_list("slow-steps", {0, 1, 2});
-  const int64_t slow_max_n = cli.get_int("slow-max-n", 4096);
-  const double max_ms = cli.get_double("max-ms-per-point", 1000.0);
-  const double point_budget_ms = cli.get_double("point-budget-ms", 1000.0);
-  const int repeats = int(cli.get_int("repeats", 2));
-  TimingOptions opt;
-  opt.iters = int(cli.get_int("iters", 20));
-  opt.warmup = int(cli.get_int("warmup", 3));
-  opt.flush_l2 = !cli.flag("no-flush");
-  if (repeats < 1 || opt.iters < 1 || opt.warmup < 0)
-    throw std::invalid_argument("--repeats and --iters must be >= 1, --warmup >= 0");
-
-  // The plan: which (shape, step) pairs run, and why the others do not.
-  std::vector<Note> notes;
-  std::vector<std::vector<const StepInfo*>> runnable(sweep.size());
-  size_t total_points = 0;
-  for (size_t i = 0; i < sweep.size(); ++i) {
-    for (int64_t n : wanted) {
-      const StepInfo* st = find_step(int(n));
-      std::string why = skip_reason(*st, sweep[i], slow_steps, slow_max_n);
-      if (why.empty())
-        runnable[i].push_back(st);
-      else
-        notes.push_back({st->number, sweep[i], why, false});
-    }
-    total_points += runnable[i].size() * size_t(repeats);
-  }
-
-  if (cli.flag("dry-run")) {
-    std::printf("fa2 bench plan: %zu shapes, %zu steps, %d repeats, %zu timed points\n", sweep.size(), wanted.size(),
-                repeats, total_points);
-    for (size_t i = 0; i < sweep.size(); ++i) {
-      std::printf("  %-34s [%s] steps:", shape_label(sweep[i]).c_str(), sweep[i].family.c_str());
-      for (const StepInfo* st : runnable[i]) std::printf(" %02d", st->number);
-      std::printf("\n");
-    }
-    for (const Note& n : notes)
-      std::printf("  step %02d, %s: %s\n", n.step, shape_label(n.shape).c_str(), n.text.c_str());
-    usage_note(stdout, slow_max_n, slow_steps, max_ms);
-    return 0;
-  }
-  if (!require_gpu("bench")) return 1;
-
-  std::ofstream csv;
-  if (cli.has("csv")) {
-    csv.open(cli.get("csv", ""));
-    if (!csv) throw std::invalid_argument("cannot write --csv file '" + cli.get("csv", "") + "'");
-    csv << "step,B,H_q,H_kv,N_q,N_kv,D,causal,dtype,median_ms,tflops,gpu,sm_clock_mhz,commit,config,repeat,"
-           "min_ms,max_ms,iters,max_abs_err,family\n";
-  }
-  const std::string gpu = gpu_name();
-  const int clock = gpu_sm_clock_mhz();
-  const std::string commit = commit_id();
-  std::fprintf(stderr, "GPU: %s; commit %s\n", gpu_description().c_str(), commit.c_str());
-  usage_note(stderr, slow_max_n, slow_steps, max_ms);
-
-  Progress bar(total_points);
-  size_t done = 0;
-  bool all_ok = true;
-  std::vector<BenchRow> rows;
-  for (size_t i = 0; i < sweep.size(); ++i) {
-    const BenchShape& s = sweep[i];
-    if (runnable[i].empty()) continue;
-    ProblemShape ps = problem_shape(s);
-    ps.seed = 2024 + i;
-    ps.with_lse = true;
-    AttentionProblem prob(ps);
-    bar.show(done, shape_label(s) + ": fp32 GPU reference");
-    const ReferenceData ref = compute_reference(prob, ReferenceKind::gpu);
-
-    // Check every step once; keep the ones that pass, with their config and error.
-    struct Ready {
-      const StepInfo* step;
-      AttentionParams p;
-      std::string config;
-      double max_abs_err;
-      TimingOptions timing;  // --iters/--warmup, fewer for a slow point (--point-budget-ms)
-    };
-    std::vector<Ready> ready;
-    for (const StepInfo* st : runnable[i]) {
-      bar.show(done, shape_label(s) + ": checking step " + std::to_string(st->number));
-      CheckResult r = run_and_check(*st, prob, ref);
-      if (!r.status.ok() && is_out_of_memory(r.status.message())) {
-        // Not a wrong answer: this shape does not fit next to the step's own buffers (step 00's
-        // N² score matrix with large --b/--h). Report it and move on.
-        notes.push_back({st->number, s, "skipped: out of device memory: " + r.status.message(), false});
-        bar.note("step " + std::to_string(st->number) + ", " + shape_label(s) + ": skipped, out of device memory");
-        done += size_t(repeats);
-        continue;
-      }
-      if (!r.ok()) {
-        all_ok = false;
-        notes.push_back({st->number, s, "FAILED check: " + r.summary(), true});
-        bar.note("step " + std::to_string(st->number) + ", " + shape_label(s) + ": FAILED check: " + r.summary());
-        done += size_t(repeats);
-        continue;
-      }
-      AttentionParams p = prob.params();
-      if (!st->caps.lse) p.lse = nullptr;
-      const double probe_ms = time_one_run(*st, p);
-      if (probe_ms > max_ms) {
-        char buf[160];
-        std::snprintf(buf, sizeof buf, "skipped: one run takes %.0f ms > --max-ms-per-point %.0f", probe_ms, max_ms);
-        notes.push_back({st->number, s, buf, false});
-        bar.note("step " + std::to_string(st->number) + ", " + shape_label(s) + ": " + buf);
-        done += size_t(repeats);
-        continue;
-      }
-      ready.push_back(
-          {st, p, fa::describe_config(*st, p), r.o.max_abs_err, fit_to_budget(opt, probe_ms, point_budget_ms)});
-    }
-
-    // Time: all steps once, then all again, so slow drifts (clocks, temperature) show up as
-    // spread between repeats rather than as a bias against whichever step ran last.
-    const double flops = attention_flops(prob.params());
-    for (int rep = 0; rep < repeats; ++rep) {
-      for (const Ready& rd : ready) {
-        bar.show(done, shape_label(s) + ": step " + std::to_string(rd.step->number) + " repeat " + std::to_string(rep));
-        Timing t = time_on_stream(
-            [&](cudaStream_t stream) {
-              Status fs = rd.step->forward(rd.p, stream);
-              if (!fs.ok()) throw std::runtime_error(fs.message());
-            },
-            rd.timing);
-        BenchRow row;
-        row.step = rd.step->number;
-        row.shape = s;
-        row.repeat = rep;
-        row.config = rd.config;
-        row.median_ms = t.median_ms;
-        row.min_ms = t.min_ms;
-        row.max_ms = t.max_ms;
-        row.tflops = flops / (t.median_ms * 1e-3) / 1e12;
-        row.iters = rd.timing.iters;
-        row.max_abs_err = rd.max_abs_err;
-        rows.push_back(row);
-        ++done;
-        if (csv) {
-          csv << row.step << ',' << s.batch << ',' << s.heads << ',' << s.heads << ',' << s.seqlen << ',' << s.seqlen
-              << ',' << s.head_dim << ',' << (s.causal ? 1 : 0) << ",bf16," << row.median_ms << ',' << row.tflops << ','
-              << csv_field(gpu) << ',' << clock << ',' << csv_field(commit) << ',' << csv_field(row.config) << ','
-              << rep << ',' << row.min_ms << ',' << row.max_ms << ',' << row.iters << ',' << row.max_abs_err << ','
-              << s.family << '\n';
-          csv.flush();  // a long sweep that dies halfway still leaves its finished rows
-        }
-      }
-    }
-  }
-  bar.finish(done);
-
-  // The table: one line per (shape, step), repeats side by side.
-  std::printf(
-      "\nfa2 bench — %s — commit %s — bf16, median of %d runs (fewer above a %.0f ms budget), L2 %s, %d "
-      "repeats\n\n",
-      gpu_description().c_str(), commit.c_str(), opt.iters, point_budget_ms, opt.flush_l2 ? "flushed" : "not flushed",
-      repeats);
-  std::printf("| step | B | H | N | D | causal | ms (per repeat) | TFLOP/s (per repeat) | spread | config |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-  std::map<std::string, std::vector<const BenchRow*>> grouped;  // keeps sweep order via index key
-  std::vector<std::string> order;
-  for (const BenchRow& r : rows) {
-    char key[128];
-    std::snprintf(key, sizeof key, "%s|%02d", shape_label(r.shape).c_str(), r.step);
-    if (!grouped.count(key)) order.push_back(key);
-    grouped[key].push_back(&r);
-  }
-  for (const std::string& key : order) {
-    const auto& g = grouped[key];
-    const BenchRow& r0 = *g.front();
-    std::string ms, tf;
-    double lo = 1e300, hi = 0;
-    for (size_t k = 0; k < g.size(); ++k) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%s%.3f", k ? " / " : "", g[k]->median_ms);
-      ms += buf;
-      std::snprintf(buf, sizeof buf, "%s%.1f", k ? " / " : "", g[k]->tflops);
-      tf += buf;
-      lo = std::min(lo, g[k]->median_ms);
-      hi = std::max(hi, g[k]->median_ms);
-    }
-    std::printf("| %02d | %lld | %lld | %lld | %lld | %s | %s | %s | %.1f%% | %s |\n", r0.step,
-                (long long)r0.shape.batch, (long long)r0.shape.heads, (long long)r0.shape.seqlen,
-                (long long)r0.shape.head_dim, r0.shape.causal ? "yes" : "no", ms.c_str(), tf.c_str(),
-                lo > 0 ? 100.0 * (hi - lo) / lo : 0.0, r0.config.empty() ? "—" : r0.config.c_str());
-  }
-  if (!notes.empty()) {
-    std::printf("\nNot timed:\n");
-    for (const Note& n : notes)
-      std::printf("- step %02d, %s: %s\n", n.step, shape_label(n.shape).c_str(), n.text.c_str());
-  }
-  std::printf("\n");
-  usage_note(stdout, slow_max_n, slow_steps, max_ms);
-  if (!all_ok) std::fprintf(stderr, "fa2 bench: at least one step FAILED its check (see above)\n");
-  return all_ok ? 0 : 3;
+  return run_bench(args, false);
+}
+int cmd_ladder(const std::vector<std::string>& args) {
+  return run_bench(args, true);
 }
 
 }  // namespace fa::tools

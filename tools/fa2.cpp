@@ -1,7 +1,7 @@
 // fa2: the course's main tool.
 //   fa2 list                       the registered steps, the step each grew from, what each teaches
-//   fa2 ladder [options]           every step on one shape, checked and timed, side by side
 //   fa2 bench [options]            every step over a sweep of shapes, checked once, timed twice
+//   fa2 ladder [options]           fa2 bench's preset: every step on one shape, side by side
 //   fa2 run --step NN [shape]      one step on one shape; exit 0 when it matches the reference,
 //                                  3 when it does not, 2 on bad input, 77 without a GPU
 #include <cstdio>
@@ -84,12 +84,7 @@ int cmd_run(const std::vector<std::string>& args) {
   opt.iters = int(cli.get_int("iters", 20));
   opt.warmup = int(cli.get_int("warmup", 3));
   AttentionParams p = prob.params();
-  Timing t = time_on_stream(
-      [&](cudaStream_t stream) {
-        Status st = step->forward(p, stream);
-        if (!st.ok()) throw std::runtime_error(st.message());
-      },
-      opt);
+  const Timing t = time_step(*step, p, opt);
   const double tflops = attention_flops(p) / (t.median_ms * 1e-3) / 1e12;
   std::printf("median %.3f ms (min %.3f, max %.3f, %d runs)  %.1f TFLOP/s\n", t.median_ms, t.min_ms, t.max_ms,
               opt.iters, tflops);
@@ -103,14 +98,15 @@ namespace {
 void usage() {
   std::cerr << "usage: fa2 <command> [options]\n"
                "  list                                  registered steps (and the step each grew from)\n"
-               "  ladder [--steps 0,1,..] [--b 2 --h 16 --n 4096 --d 64] [--causal-only|--no-causal]\n"
-               "         [--csv FILE] [--iters 10]      every step on one shape: error, time, TFLOP/s\n"
                "  bench [--steps 3,7] [--n 1024,4096] [--d 64,128] [--b --h] [--causal-only|--no-causal]\n"
-               "        [--csv FILE] [--iters 20 --warmup 3 --repeats 2] [--slow-max-n 4096]\n"
+               "        [--quick] [--csv FILE] [--iters 20 --warmup 3 --repeats 2] [--slow-max-n 4096]\n"
                "        [--slow-steps 0,1,2] [--max-ms-per-point 1000] [--point-budget-ms 1000]\n"
-               "        [--tokens 16384 --hidden 2048]\n"
-               "        [--no-seed-shape] [--dry-run]   every step over a sweep: B·N = 16k tokens, H·D = 2048,\n"
-               "                                        N = 1k..16k, D = 64/128, causal or not; + B=2 H=16 N=4k\n"
+               "        [--tokens 16384 --hidden 2048] [--no-seed-shape] [--no-flush]\n"
+               "        [--list [--json]]               every step over a sweep: B·N = 16k tokens, H·D = 2048,\n"
+               "                                        N = 1k..16k, D = 64/128, causal or not; + B=2 H=16 N=4k;\n"
+               "                                        --list: the plan (no GPU), --json: with FLOPs, tolerances\n"
+               "  ladder [bench's options]              the preset B=2 H=16 N=4096 D=64, 10 runs, 1 repeat,\n"
+               "                                        nothing skipped: every step side by side\n"
                "  run --step NN [--b --h --hkv --nq --nkv --n --d --causal --bottom-right --bnhd\n"
                "         --scale S --iters N --no-check]\n";
 }
