@@ -39,6 +39,10 @@ std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
   if (c->dtype != FA_DTYPE_BF16) return "unknown dtype " + std::to_string(c->dtype) + "; supported: 0 (bf16)";
   if (c->causal_align != FA_CAUSAL_TOP_LEFT && c->causal_align != FA_CAUSAL_BOTTOM_RIGHT)
     return "unknown causal_align " + std::to_string(c->causal_align) + "; supported: 0 (top-left), 1 (bottom-right)";
+  for (size_t i = 0; i < sizeof c->reserved / sizeof c->reserved[0]; ++i)
+    if (c->reserved[i] != 0)
+      return "reserved[" + std::to_string(i) + "] is " + std::to_string(c->reserved[i]) +
+             "; reserved fields must be zero (zero-fill the struct)";
   p.q = c->q;
   p.k = c->k;
   p.v = c->v;

@@ -5,7 +5,7 @@
 /// `Status` objects that only C++ can consume. This header exposes the same registry through plain
 /// C types so that Python (ctypes, cffi), Rust, Julia or plain C can list the steps and run any of
 /// them on device memory they own. The library is `libfa2_capi.so` (CMake target `fa2_capi`);
-/// `scripts/compare.py` is a complete ctypes example.
+/// `tests/cpu/capi/` calls every function of it.
 ///
 /// Rules every function follows:
 /// - Nothing throws across this interface and nothing aborts; failures are return codes.
@@ -34,7 +34,9 @@ extern "C" {
 
 /// @brief Version of this interface. It changes whenever `fa_attention_params` or a signature
 /// changes, so a caller with its own copy of the struct layout can refuse a mismatched library.
-#define FA_C_API_VERSION 1
+/// Version 2 added `fa_attention_params::reserved`; a version-1 library reads a version-2 struct's
+/// leading fields, which are the same.
+#define FA_C_API_VERSION 2
 
 /// @brief Return codes of the functions that can fail.
 typedef enum fa_status_code {
@@ -99,6 +101,10 @@ typedef struct fa_attention_params {
   int32_t causal;        ///< non-zero: apply the causal mask
   int32_t causal_align;  ///< FA_CAUSAL_TOP_LEFT or FA_CAUSAL_BOTTOM_RIGHT
   int32_t dtype;         ///< FA_DTYPE_BF16
+
+  /// Must be zero (zero-fill the struct). A later version turns these into new fields, whose zero
+  /// value keeps today's behaviour, so the struct's size and today's callers stay valid.
+  int64_t reserved[8];
 } fa_attention_params;
 
 /// @brief `FA_C_API_VERSION` of the loaded library.

@@ -121,6 +121,22 @@ TEST(CApi, UnknownEnumsAreInvalid) {
   EXPECT_NE(std::string(err).find("causal_align"), std::string::npos) << err;
 }
 
+// The reserved fields are how the struct grows without changing size: a caller that leaves
+// garbage there would change meaning when they become fields, so anything non-zero is refused.
+TEST(CApi, NonZeroReservedFieldsAreInvalid) {
+  char err[256] = {};
+  const size_t n = sizeof(fa_attention_params::reserved) / sizeof(int64_t);
+  EXPECT_GE(n, 8u);
+  for (size_t i : {size_t(0), n - 1}) {
+    fa_attention_params p = valid_params();
+    p.reserved[i] = 1;
+    EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_ERROR_INVALID);
+    EXPECT_NE(std::string(err).find("reserved[" + std::to_string(i) + "]"), std::string::npos) << err;
+    EXPECT_EQ(fa_forward(first_step_number(), &p, nullptr, err, sizeof err), FA_ERROR_INVALID);
+    EXPECT_NE(std::string(err).find("must be zero"), std::string::npos) << err;
+  }
+}
+
 TEST(CApi, UnsupportedHeadDimIsRefusedWithWhatIsSupported) {
   fa_attention_params p = valid_params(96);
   for (int t = 0; t < 4; ++t) EXPECT_EQ(p.strides[t][FA_AXIS_SEQ], 96);
