@@ -337,9 +337,17 @@ def junit_cases(path):
 
 
 def mutant_symptom(text):
-    """run_mutant.sh's last line `MUTANT <name>: VERDICT — <message>` as (verdict, message)."""
+    """run_mutant.sh's last line `MUTANT <name>: VERDICT — <message>` as (verdict, message); when
+    ctest cut the output short of it, the first failure message the output still holds."""
     m = re.search(r"^MUTANT \S+: (KILLED|SURVIVED|CRASHED|NOT RUN|ERROR) — (.*)$", text, re.M)
-    return (m.group(1), re.sub(r" \(first at \d+\)", "", m.group(2))[:230].replace("|", "\\|")) if m else ("", "")
+    verdict, pick = (m.group(1), m.group(2)) if m else ("", "")
+    for pat in (r"FAIL: (max\|err\|=[^\n]*)", r"(has \d+ HMMA[^\n]*)", r"(Expected[^\n]*)", r"(Value of[^\n]*)",
+                r"(bad input was accepted)", r"(\[  FAILED  \] \S+)"):
+        if pick:
+            break
+        m = re.search(pat, text)
+        pick = m.group(1) if m else ""
+    return verdict, re.sub(r" \(first at \d+\)", "", pick)[:230].replace("|", "\\|")
 
 
 def ladder_markdown(rows):
