@@ -15,8 +15,8 @@
 //  - STAGES joins BLOCK_M and BLOCK_N in the Config; the tuner's list pairs tile sizes with
 //    pipeline depths (two or three K/V tiles in flight).
 // What it costs: STAGES K/V buffers of shared memory instead of one. What it buys, measured on an
-// H200 at N = 4096 (B·N = 16k, H·D = 2048): 1.33–1.51× over step 07 with the same instructions,
-// e.g. 221 → 300 TFLOP/s at D = 64 and 211 → 310 at D = 128 (README.md).
+// H200 at N = 4096 (B·N = 16k, H·D = 2048): 1.24–1.48× over step 07 with the same instructions,
+// e.g. 225 → 280 TFLOP/s at D = 64 and 213 → 315 at D = 128 (README.md).
 #include <cuda_bf16.h>
 
 #include <algorithm>
