@@ -2,9 +2,13 @@
 // generator against the host one.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "harness/check.h"
+#include "harness/cuda_check.h"
 #include "harness/gpu.h"
 #include "harness/random.h"
 #include "tests/gpu/step_suite.h"
@@ -81,6 +85,67 @@ TEST(Generator, DeviceMatchesHostFormulaInBothLayouts) {
     EXPECT_EQ(q[size_t(1 * p.q_stride.batch + 2 * p.q_stride.head + 3 * p.q_stride.seq + 7)], expect);
     // Outputs start poisoned.
     for (float x : prob.output_bhnd()) ASSERT_TRUE(std::isnan(x));
+  }
+}
+
+// The poisoned memory around the tensors (harness/problem.h) and the check that watches it: each
+// of these writes one element just outside a tensor and expects memory_intact() to say so.
+TEST(PoisonedMemory, KvPaddingRowsAndRowGapsAreNaN) {
+  FA_REQUIRE_GPU();
+  for (Layout layout : {Layout::bhnd, Layout::bnhd}) {
+    ProblemShape s;
+    s.batch = 2;
+    s.heads_q = 4;
+    s.heads_kv = 2;
+    s.seqlen_q = 5;
+    s.seqlen_kv = 7;
+    s.head_dim = 64;
+    s.row_gap = 8;
+    s.layout = layout;
+    AttentionProblem prob(s);
+    const AttentionParams p = prob.params();
+    ASSERT_GE(p.k_stride.seq, (layout == Layout::bnhd ? s.heads_kv : 1) * s.head_dim + s.row_gap);
+    std::vector<float> k = prob.host_k();
+    // Every row past N_kv, of every (batch, head), is NaN; the gap after a valid row too.
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < s.heads_kv; ++h) {
+        const int64_t head = b * p.k_stride.batch + h * p.k_stride.head;
+        for (int64_t n = s.seqlen_kv; n < s.seqlen_kv + s.kv_pad_rows; ++n)
+          ASSERT_TRUE(std::isnan(k[size_t(head + n * p.k_stride.seq)])) << "row " << n << " is not poisoned";
+        ASSERT_FALSE(std::isnan(k[size_t(head)]));
+      }
+    ASSERT_TRUE(std::isnan(k[size_t((layout == Layout::bnhd ? s.heads_kv : 1) * s.head_dim)])) << "row gap";
+    std::string why;
+    EXPECT_TRUE(prob.memory_intact(&why)) << why;
+  }
+}
+
+TEST(PoisonedMemory, WritesOutsideOAndLseAreCaught) {
+  FA_REQUIRE_GPU();
+  ProblemShape s;
+  s.batch = 1;
+  s.heads_q = s.heads_kv = 2;
+  s.seqlen_q = s.seqlen_kv = 9;
+  s.head_dim = 64;
+  s.row_gap = 8;
+  const __nv_bfloat16 one = __float2bfloat16(1.0f);
+  // (where, element offset from O's first element)
+  const std::pair<const char*, int64_t> o_cases[] = {{"before O", -1}, {"after O", 0}, {"in a row gap of O", 64}};
+  for (const auto& [where, at] : o_cases) {
+    AttentionProblem prob(s);
+    const int64_t offset = std::string(where) == "after O" ? int64_t(prob.o.size()) : at;
+    FA_CUDA_CHECK(cudaMemcpy(prob.o.get() + offset, &one, sizeof one, cudaMemcpyHostToDevice));
+    std::string why;
+    EXPECT_FALSE(prob.memory_intact(&why)) << "a write " << where << " went unnoticed";
+    EXPECT_NE(why.find("O"), std::string::npos) << why;
+  }
+  for (int64_t at : {int64_t(-1), int64_t(s.heads_q * s.seqlen_q)}) {
+    AttentionProblem prob(s);
+    const float x = 1.0f;
+    FA_CUDA_CHECK(cudaMemcpy(prob.lse_buf.get() + at, &x, sizeof x, cudaMemcpyHostToDevice));
+    std::string why;
+    EXPECT_FALSE(prob.memory_intact(&why)) << "a write at LSE[" << at << "] went unnoticed";
+    EXPECT_NE(why.find("LSE"), std::string::npos) << why;
   }
 }
 
