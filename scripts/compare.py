@@ -1,13 +1,9 @@
 #!/usr/bin/env python3
 """Every course step side by side with PyTorch SDPA and a Triton FA2, shape by shape.
 
-The course steps are timed by `fa2 bench`, the course's one benchmark, run once per shape as a
-subprocess (and an old build's `fa2` for --baseline, right after it on the same shape). This script
-adds only what C++ cannot: PyTorch SDPA's flash, cuDNN and memory-efficient backends, the seed's
-Triton FA2 (reference/triton/fa2_triton.py) and the bf16 GEMM and copy ceilings, each checked
-against an fp32 reference and timed the same way (CUDA events, L2 flushed before every run, median,
-repeats interleaved). The sweep, the FLOP counts, the tolerances and the timing options are read
-from `fa2 bench --list --json`; scripts/write_report.py writes the CSV, markdown, plots and README.
+`fa2 bench` times the course steps, once per shape (an old build's too, with --baseline); this adds PyTorch SDPA's
+flash, cuDNN and efficient backends, the seed's Triton FA2 and the bf16 GEMM and copy ceilings, checked against an fp32
+reference and timed the same way. Sweep, FLOPs, tolerances and timing options come from `fa2 bench --list --json`.
 
     python3 scripts/compare.py --fa2 build/fa2 --quick         # N in {1k, 4k}: a few minutes
     python3 scripts/compare.py --fa2 build/fa2                 # the full sweep
@@ -32,6 +28,7 @@ ROOT = report.ROOT
 GEMM_N, COPY_BYTES, REF_CHUNK_BYTES = 8192, 1 << 30, 1 << 30
 SWEEP = ["steps", "n", "d", "b", "h", "tokens", "hidden", "iters", "warmup", "repeats", "slow_steps", "slow_max_n",
          "max_ms_per_point", "point_budget_ms", "quick", "causal_only", "no_causal", "no_seed_shape"]
+BENCH_KEYS = ("repeat", "median_ms", "min_ms", "max_ms", "iters", "tflops", "max_abs_err", "rel_err", "config")
 
 
 def log(msg):
@@ -62,24 +59,27 @@ def row(pid, label, kind, s, meta, **kw):
     return dict(r, **kw)
 
 
-def step_id(n, tag, names):
-    return f"step{n:02d}" + (f"@{tag}" if tag else ""), f"{n:02d}_{names.get(n, '?')}" + (f" @{tag}" if tag else "")
+def step_row(n, tag, names, s, meta, **kw):
+    """Step n's row: provider stepNN[@TAG], label NN_name[ @TAG]."""
+    at = f"@{tag}" if tag else ""
+    return row(f"step{n:02d}{at}", f"{n:02d}_{names.get(n, '?')} {at}".rstrip(), "step", s, meta, step=n, **kw)
+
+
+def not_run_rows(s, names, meta):
+    """The steps fa2 bench's plan does not run on shape s, with its reason."""
+    return [step_row(nr["step"], "", names, s, meta, repeat=0, status=nr["status"], note=nr["note"])
+            for nr in s["not_run"]]
 
 
 def bench_rows(path, rc, err, steps, s, tag, names, meta):
-    """One shape's rows from a `fa2 bench --csv` file. A step that fa2 bench neither timed nor
-    explained (a crash; an old build's failed check) is an error row when the run failed."""
+    """One shape's rows of a `fa2 bench --csv` file; after a failed run, an error row for each step missing there."""
     got = report.read_csv(path) if os.path.exists(path) else []
     names = {**names, **{int(b["step"]): b["name"] for b in got if b.get("name")}}
-    out = [row(*step_id(int(b["step"]), tag, names), "step", s, meta, step=int(b["step"]),
-               status=b.get("status") or "ok", note=b.get("note", ""), **{k: b.get(k, "") for k in (
-                   "repeat", "median_ms", "min_ms", "max_ms", "iters", "tflops", "max_abs_err", "rel_err", "config")})
-           for b in got]
-    seen = {int(b["step"]) for b in got}
-    msg = (err.strip().splitlines() or ["?"])[-1]
-    out += [row(*step_id(n, tag, names), "step", s, meta, step=n, repeat=0, status="error",
-                note=f"error: fa2 bench exited with {rc}: {msg}") for n in steps if rc and n not in seen]
-    return out, got
+    out = [step_row(int(b["step"]), tag, names, s, meta, status=b.get("status") or "ok", note=b.get("note", ""),
+                    **{k: b.get(k, "") for k in BENCH_KEYS}) for b in got]
+    seen, msg = {int(b["step"]) for b in got}, (err.strip().splitlines() or ["?"])[-1]
+    return out + [step_row(n, tag, names, s, meta, repeat=0, status="error", note=f"error: fa2 bench exited with {rc}: "
+                           f"{msg}") for n in steps if rc and n not in seen], got
 
 
 def run_bench(fa2, steps, s, t, tag, names, meta):
@@ -210,20 +210,13 @@ class Torch:
         return rows
 
 
-def sh(cmd):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=ROOT).stdout.strip()
-    except Exception:
-        return ""
-
-
 def environment(args, plan, argv):
     import torch
     meta = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, cuda=torch.version.cuda,
                 sms=torch.cuda.get_device_properties(0).multi_processor_count, timing=plan["timing"],
                 tolerance=plan["tolerance"], tokens=int(args.tokens or 16384), hidden=int(args.hidden or 2048),
                 command=" ".join(["python3 scripts/compare.py"] + argv), triton="not installed",
-                commit=args.commit or (sh(["git", "rev-parse", "--short", "HEAD"]) or "unknown"),
+                commit=args.commit or (report.sh(["git", "rev-parse", "--short", "HEAD"]) or "unknown"),
                 date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     for key, get in (("cudnn", lambda: str(torch.backends.cudnn.version())),
                      ("triton", lambda: __import__("triton").__version__)):
@@ -231,7 +224,8 @@ def environment(args, plan, argv):
             meta[key] = get()
         except Exception:
             pass
-    smi = sh(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm", "--format=csv,noheader,nounits", "-i", "0"])
+    smi = report.sh(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm", "--format=csv,noheader,nounits",
+                     "-i", "0"])
     if smi.count(",") == 1:
         meta["driver"], meta["max_sm_clock"] = [x.strip() for x in smi.split(",")]
     return meta
@@ -262,14 +256,13 @@ def run_gpu(args, fa2, plan, argv):
     import torch
     if not torch.cuda.is_available():
         raise SystemExit("compare.py: no CUDA GPU visible to PyTorch (--selftest-fake-data needs none)")
-    meta = environment(args, plan, argv)
-    names = {st["number"]: st["name"] for st in plan["steps"]}
+    meta, names = environment(args, plan, argv), {st["number"]: st["name"] for st in plan["steps"]}
     baselines = [parse_baseline(b) for b in args.baseline or []]
     skip = set((args.skip_providers or "").split(",")) - {""}
     triton = load_triton() if "triton_fa2" not in skip else (None, "")
     clocks = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
-    sampler = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-i", "0",
-                                "-lms", "500"], stdout=clocks, stderr=subprocess.DEVNULL)
+    sampler = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,utilization.gpu", "--format=csv,noheader,nounits",
+                                "-i", "0", "-lms", "500"], stdout=clocks, stderr=subprocess.DEVNULL)
     T = Torch(plan["timing"], plan["tolerance"])
     rows, raw = T.ceilings(meta), []
     try:
@@ -278,12 +271,10 @@ def run_gpu(args, fa2, plan, argv):
                 f"{' causal' if s['causal'] else ''} [{s['family']}]")
             torch.cuda.empty_cache()  # fa2 bench allocates its own tensors
             if args.steps != "none":
-                rows += [row(*step_id(nr["step"], "", names), "step", s, meta, step=nr["step"], repeat=0,
-                             status=nr["status"], note=nr["note"]) for nr in s["not_run"]]
+                rows += not_run_rows(s, names, meta)
                 if s["run"]:
                     got, bench = run_bench(fa2, s["run"], s, plan["timing"], "", names, meta)
-                    rows += got
-                    raw += [dict(b, family=s["family"]) for b in bench]
+                    rows, raw = rows + got, raw + [dict(b, family=s["family"]) for b in bench]
             for tag, path, steps in baselines:
                 rows += run_bench(path, steps, s, plan["timing"], tag, names, meta)[0]
             rows += T.measure(si, s, skip, triton, meta)
@@ -293,78 +284,72 @@ def run_gpu(args, fa2, plan, argv):
     return rows, raw, meta
 
 
-BENCH_COLUMNS = ("step,B,H_q,H_kv,N_q,N_kv,D,causal,dtype,median_ms,tflops,gpu,sm_clock_mhz,commit,config,repeat,"
-                 "min_ms,max_ms,iters,max_abs_err,family,name,rel_err,status,note").split(",")  # fa2 bench --csv
-
-
-def fake_run(plan, meta):
-    """Made-up numbers in the forms fa2 bench and the torch providers produce them."""
-    names, rate = {st["number"]: st["name"] for st in plan["steps"]}, lambda n: 0.9 * 1.6 ** n
-    rows = [row(p, p, "ceiling", None, meta, repeat=rep, status="ok", median_ms=1.0, tflops=790.0 + rep, gbps=4100.0)
-            for rep in range(2) for p in ("gemm_bf16", "copy_d2d")]
-    with tempfile.TemporaryDirectory() as tmp:
-        for si, s in enumerate(plan["shapes"]):
-            for tag, steps in (("", s["run"]), ("old", [7] if 7 in s["run"] else [])):
-                path, crash = os.path.join(tmp, f"{si}{tag}.csv"), tag and si == 0  # the old build crashes once
-                fake = [dict(step=n, name=names[n], repeat=rep, status="ok", tflops=tf, median_ms=s["flops"] / tf / 1e9,
-                             max_abs_err=2e-3, rel_err=2e-3, config="BLOCK_M=64 BLOCK_N=64 warps=4")
-                        for n in steps for rep in range(2) for tf in [rate(n) * (1.1 if tag else 1) * (1 + 0.01 * rep)]]
-                report.write_csv([] if crash else fake, path, BENCH_COLUMNS)
-                rows += bench_rows(path, 1 if crash else 0, "boom", steps, s, tag, names, meta)[0]
-            rows += [row(*step_id(nr["step"], "", names), "step", s, meta, step=nr["step"], repeat=0,
-                         status=nr["status"], note=nr["note"]) for nr in s["not_run"]]
-            for i, (pid, label) in enumerate(report.REFS):
-                fail, tf = pid == "sdpa_efficient" and s["D"] == 128 and s["causal"], 300.0 + 50 * i
-                rows += [row(pid, label, "sdpa", s, meta, repeat=rep, status="fail" if fail else "ok", tflops=tf,
-                             median_ms=s["flops"] / tf / 1e9, max_abs_err=3e-3, note="FAILED check: fake" * fail)
-                         for rep in range(2)]
-    return rows
-
-
 FAKE_LOGS = {
     "ctest.log": "1/3 Test  #1: step05.Ragged ......   Passed\n2/3 Test  #2: bug.05-mask_after_max ...   Passed\n"
                  "3/3 Test  #3: bug.04-p_not_cast ...***Failed\n",
     "ctest.xml": "<testsuite><testcase name='bug.05-mask_after_max'><system-out>MUTANT 05-mask_after_max: KILLED — "
                  "max|err|=1.5</system-out></testcase><testcase name='bug.04-p_not_cast'><system-out>MUTANT "
                  "04-p_not_cast: CRASHED — a fault</system-out></testcase></testsuite>",
-    "clocks.txt": "1980\n1755\n1980\n", "sanitizer.csv": "step,tool,result,errors\n05,memcheck,clean,0\n"}
+    "clocks.txt": "1980, 97\n1755, 100\n345, 0\n1980, 99\n",  # the idle sample (utilization 0) is left out
+    "sanitizer.csv": "step,tool,result,errors\n05,memcheck,clean,0\n",
+    "ladder_d64.csv": "step,name,B,H_q,N_q,D,causal,median_ms,tflops,status,max_abs_err,rel_err\n"
+                      "4,x,2,16,4096,64,0,0.2,4,ok,1e-3,2e-3\n5,causal_mask,2,16,4096,64,0,0.166667,5,ok,1e-3,2e-3\n"}
+
+
+def fake_rows(plan, meta, tmp):
+    """Made-up numbers in the forms fa2 bench and the torch providers give them; the old build crashes once."""
+    names, rows = {st["number"]: st["name"] for st in plan["steps"]}, []
+    rows = [row(p, p, "ceiling", None, meta, repeat=rep, status="ok", median_ms=1.0, tflops=790.0 + rep, gbps=4100.0)
+            for rep in range(2) for p in ("gemm_bf16", "copy_d2d")]
+    for si, s in enumerate(plan["shapes"]):
+        for tag, steps in (("", s["run"]), ("old", [7] if 7 in s["run"] else [])):
+            path, crash = os.path.join(tmp, f"{si}{tag}.csv"), tag and si == 0
+            fake = [dict(step=n, name=names[n], repeat=rep, status="ok", tflops=tf, median_ms=s["flops"] / tf / 1e9,
+                         max_abs_err=2e-3, rel_err=2e-3, config="BLOCK_M=64 BLOCK_N=64 warps=4") for n in steps
+                    for rep in range(2) for tf in [0.9 * 1.6 ** n * (1.1 if tag else 1) * (1 + 0.01 * rep)]]
+            if fake and not crash:
+                report.write_csv(fake, path, list(fake[0]))
+            rows += bench_rows(path, int(bool(crash)), "boom", steps, s, tag, names, meta)[0]
+        rows += not_run_rows(s, names, meta)
+        for i, (pid, label) in enumerate(report.REFS):
+            fail, tf = pid == "sdpa_efficient" and s["D"] == 128 and s["causal"], 300.0 + 50 * i
+            rows += [row(pid, label, "sdpa", s, meta, repeat=rep, status="fail" if fail else "ok", tflops=tf,
+                         median_ms=s["flops"] / tf / 1e9, max_abs_err=3e-3, note="FAILED check: fake" * fail)
+                     for rep in range(2)]
+    return rows
 
 
 def selftest(args, fa2):
-    plan = fa2_plan(fa2, sweep_args(args))  # a real `fa2 bench --list --json`: no GPU needed
+    """Every report from made-up numbers and logs, on the real plan of `fa2 bench --list --json` (no GPU)."""
+    plan = fa2_plan(fa2, sweep_args(args))
     problems = [f"{k} missing from the plan" for k in ("tolerance", "timing", "steps", "shapes") if k not in plan]
     for s in plan.get("shapes", []):
         pairs = s["N"] * (s["N"] + 1) // 2 if s["causal"] else s["N"] ** 2
         problems += [] if s["flops"] == 4 * s["B"] * s["H"] * s["D"] * pairs else [f"FLOPs of {s}"]
     out = args.out or tempfile.mkdtemp(prefix="compare-selftest-")
-    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    logs, readme, prefix = (os.path.join(out, x) for x in ("logs", "README.md", "compare_selftest"))
+    os.makedirs(logs, exist_ok=True)
     meta = dict(gpu="NVIDIA H200 (fake data)", commit="selftest", date="2000-01-01 00:00 UTC", timing=plan["timing"],
                 tolerance=plan["tolerance"], sm_clock="1980 / 1980 / 1980 MHz", command="compare.py --selftest")
-    readme, prefix = os.path.join(out, "README.md"), os.path.join(out, "compare_selftest")
-    with open(readme, "w", encoding="utf-8") as f:
-        f.write(f"# T\n{report.MARK_BEGIN}\nold table\n{report.MARK_END}\n## After\n")
-    res, written = report.write_compare(fake_run(plan, meta), meta, out, "compare_selftest", readme)
-    md, text = (open(p, encoding="utf-8").read() for p in (prefix + ".md", readme))
+    report.write(readme, f"# T\n{report.MARK_BEGIN}\nold table\n{report.MARK_END}\n## After\n")
+    res, written = report.write_compare(fake_rows(plan, meta, logs), meta, out, "compare_selftest", readme)
+    md, text = report.read(prefix + ".md"), report.read(readme)
     expect = lambda text, needles, what: [f"{what} lacks '{n}'" for n in needles if n not in text]
     problems += expect(md, ["SDPA cuDNN", "Triton FA2 (seed)", "07_lse_store @old", "**FAIL**", "**ERROR**", "n/a",
                             "seeds' shape", "÷ SDPA flash / ÷ SDPA cuDNN", "gemm_bf16", "spread between repeats",
                             "exited with 1: boom", f"‖/‖ref‖ ≤ {plan['tolerance']['o']['max_rel_norm']:g},"], "report")
-    problems += expect(text, ["00_naive", "## After"] + ["_tflops.png)"] * ("matplotlib" in sys.modules), "README")
+    problems += expect(text, [report.MARK_BEGIN + "\nbf16 forward", "00_naive", report.MARK_END + "\n## After"] +
+                       ["_tflops.png)"] * ("matplotlib" in sys.modules), "README")
     problems += ["README block not replaced"] * ("old table" in text)
     main(["--from-csv", prefix + ".csv", "--readme", readme])
-    problems += ["--from-csv does not reproduce the report"] * (open(prefix + ".md", encoding="utf-8").read() != md)
+    problems += ["--from-csv does not reproduce the report"] * (report.read(prefix + ".md") != md)
     main(["--from-csv", prefix + ".csv", "--pair", "step07@old,step07"])
-    problems += expect(open(prefix + "_step07_vs_step07_at_old.md", encoding="utf-8").read(),
+    problems += expect(report.read(prefix + "_step07_vs_step07_at_old.md"),
                        ["Lowest ratio on the reference shapes: 0.909"], "pair table")
     for name, body in FAKE_LOGS.items():  # the GPU report from made-up logs
-        with open(os.path.join(out, "logs", name), "w", encoding="utf-8") as f:
-            f.write(body)
-    report.write_csv([dict(step=n, name=name, B=2, H_q=16, N_q=4096, D=64, causal=0, median_ms=1 / (n + 1), tflops=n,
-                           status="ok", max_abs_err=1e-3, rel_err=2e-3) for n, name in ((4, "x"), (5, "causal_mask"))],
-                     os.path.join(out, "logs", "ladder_d64.csv"), BENCH_COLUMNS)
-    report.gpu_report(argparse.Namespace(logs=os.path.join(out, "logs"), out=out, slug="gpu", gpu="fake",
-                                         commit="selftest", ctest_rc=0))
-    problems += expect(open(os.path.join(out, "gpu.md"), encoding="utf-8").read(), [
+        report.write(os.path.join(logs, name), body)
+    report.gpu_report(argparse.Namespace(logs=logs, out=out, slug="gpu", gpu="fake", commit="selftest", ctest_rc=0))
+    problems += expect(report.read(os.path.join(out, "gpu.md")), [
         "| `05-mask_after_max` | killed | max\\|err\\|=1.5 |", "**CRASHED**", "1755 / 1980 / 1980 MHz",
         "| 05_causal_mask | no | 1.00e-03 | 2.00e-03 | 0.167 | 5.0 | 1.20× |", "| 05 | memcheck | clean | 0 |"],
         "GPU report")
@@ -382,7 +367,7 @@ def main(argv=None):
     ap.add_argument("--lib", help="this build's libfa2_capi.so: its folder's fa2 is used")
     ap.add_argument("--baseline", action="append", metavar="TAG=PATH:STEPS",
                     help="also time steps STEPS of an old build's fa2 (or its folder), labelled @TAG (repeatable)")
-    ap.add_argument("--out", help="output folder (default: docs/results)")
+    ap.add_argument("--out", help="output folder (default: docs/results; with --from-csv, the CSV's folder)")
     ap.add_argument("--name", help="file name stem (default: compare_<gpu>[_quick])")
     ap.add_argument("--readme", help="README to update between the results markers (default: README.md)")
     ap.add_argument("--no-readme", action="store_true")
@@ -402,16 +387,15 @@ def main(argv=None):
         return selftest(args, fa2)
     if args.from_csv:
         rows, prefix = report.read_csv(args.from_csv), os.path.splitext(args.from_csv)[0]
-        meta = json.load(open(prefix + ".json", encoding="utf-8")) if os.path.exists(prefix + ".json") else dict(
+        meta = json.loads(report.read(prefix + ".json")) if os.path.exists(prefix + ".json") else dict(
             fa2_plan(fa2, []), **{k: rows[0][k] for k in ("gpu", "commit", "date")})  # a CSV from before the .json
         if args.pair:
             old, _, new = args.pair.partition(",")
             path = args.pair_out or f"{prefix}_{new}_vs_{old}.md".replace("@", "_at_")
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(report.pair_report(report.Results(rows), meta, old.strip(), new.strip()))
+            report.write(path, report.pair_report(report.Results(rows), meta, old.strip(), new.strip()))
             return log(f"[compare] wrote {path}") or 0
-        return log("[compare] wrote " + ", ".join(report.write_compare(rows, meta, os.path.dirname(prefix) or ".",
-                                                                        os.path.basename(prefix), readme)[1])) or 0
+        out, name = args.out or os.path.dirname(prefix) or ".", os.path.basename(prefix)
+        return log("[compare] wrote " + ", ".join(report.write_compare(rows, meta, out, name, readme)[1])) or 0
     plan = fa2_plan(fa2, sweep_args(args))
     rows, raw, meta = run_gpu(args, fa2, plan, argv)
     slug = "".join(c if c.isalnum() else "_" for c in meta["gpu"]).strip("_")

@@ -80,7 +80,7 @@ fi
 
 # The SM clock while the GPU work runs (not the idle clock before or after it), every 500 ms, for
 # the report; stopped once the ladder is done.
-nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits -lms 500 >"$logs/clocks.txt" 2>/dev/null &
+nvidia-smi --query-gpu=clocks.sm,utilization.gpu --format=csv,noheader,nounits -lms 500 >"$logs/clocks.txt" 2>/dev/null &
 clock_pid=$!
 
 echo "== tests"

@@ -1,12 +1,6 @@
 #!/usr/bin/env python3
-"""The one report writer: every markdown table, plot and README block in docs/results/.
-
-  * the comparison (scripts/compare.py calls write_compare): compare_<gpu>.{csv,json,md}, the two
-    plots, the README results block, and pair tables (--pair);
-  * the GPU report of scripts/gpu_report.sh (this script's command line): <gpu>.md and <gpu>.csv
-    from the ctest log and JUnit XML, the sanitizer table, the SM-clock samples and the ladder CSVs.
-Pure Python (matplotlib for the plots); nothing here needs a GPU.
-"""
+"""The one report writer of docs/results/, no GPU needed: the comparison's CSV, markdown, plot and README block
+(write_compare, called by compare.py), and as a command line the GPU report of scripts/gpu_report.sh."""
 import argparse
 import csv
 import datetime
@@ -16,15 +10,33 @@ import re
 import statistics
 import subprocess
 import xml.etree.ElementTree as ET
+from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COLUMNS = ["provider", "label", "kind", "step", "family", "B", "H", "N_q", "N_kv", "D", "causal", "repeat", "status",
-           "median_ms", "min_ms", "max_ms", "iters", "tflops", "gbps", "max_abs_err", "rel_err", "config", "note",
-           "gpu", "commit", "date"]
+COLUMNS = ("provider,label,kind,step,family,B,H,N_q,N_kv,D,causal,repeat,status,median_ms,min_ms,max_ms,iters,tflops,"
+           "gbps,max_abs_err,rel_err,config,note,gpu,commit,date").split(",")
 REFS = [("sdpa_flash", "SDPA flash"), ("sdpa_cudnn", "SDPA cuDNN"), ("sdpa_efficient", "SDPA efficient"),
         ("triton_fa2", "Triton FA2 (seed)")]
-MARK_BEGIN, MARK_END = "<!-- results:begin -->", "<!-- results:end -->"
-FAILED = ("fail", "error")
+MARK_BEGIN, MARK_END, FAILED = "<!-- results:begin -->", "<!-- results:end -->", ("fail", "error")
+
+
+def sh(cmd):
+    """A command's output ('' when it fails): a shell line, or an argument list run in the repository."""
+    try:
+        return subprocess.run(cmd, shell=isinstance(cmd, str), capture_output=True, text=True, timeout=30,
+                              cwd=ROOT).stdout.strip()
+    except Exception:
+        return ""
+
+
+def read(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def write(path, text):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def read_csv(path):
@@ -36,8 +48,7 @@ def write_csv(rows, path, columns=COLUMNS):
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         w.writeheader()
-        w.writerows({c: f"{r[c]:.6g}" if isinstance(r.get(c), float) else r.get(c, "") for c in columns}
-                    for r in rows)
+        w.writerows({c: f"{r[c]:.6g}" if isinstance(r.get(c), float) else r.get(c, "") for c in columns} for r in rows)
 
 
 def table(head, rows):
@@ -50,9 +61,8 @@ def n_label(n):
 
 
 def shape_text(fam, B, H, N, D, causal, short=False):
-    if short:
-        return f"D={D} N={n_label(N)}{' causal' if causal else ''}{' (seed)' if fam == 'seed' else ''}"
-    return f"B={B} H={H} N={n_label(N)} D={D}{' causal' if causal else ''}"
+    c = " causal" if causal else ""
+    return f"D={D} N={n_label(N)}{c}{' (seed)' * (fam == 'seed')}" if short else f"B={B} H={H} N={n_label(N)} D={D}{c}"
 
 
 def fmt_tflops(x):
@@ -63,13 +73,12 @@ class Results:
     """Rows per (provider, shape): TFLOP/s of the median over repeats of each repeat's median."""
 
     def __init__(self, rows):
-        self.rows, self.points, order = rows, {}, []
+        self.points = {}
         for r in rows:
             if r["kind"] == "ceiling":
                 continue
             key = (r["provider"], r["family"], int(r["B"]), int(r["H"]), int(r["N_q"]), int(r["D"]), int(r["causal"]))
             pt = self.points.setdefault(key, dict(r, ms=[]))
-            order += [] if r["provider"] in order else [r["provider"]]
             if r["status"] == "ok":
                 pt["ms"].append(float(r["median_ms"]))
                 pt["flops"] = float(r["tflops"]) * float(r["median_ms"]) * 1e9
@@ -80,15 +89,14 @@ class Results:
                 pt.update(status="ok", tflops=pt["flops"] / (statistics.median(pt["ms"]) * 1e-3) / 1e12,
                           spread=(max(pt["ms"]) - min(pt["ms"])) / min(pt["ms"]))
         self.labels = {p["provider"]: p["label"] for p in self.points.values()}
-        steps = sorted((p for p in order if p.startswith("step")), key=lambda p: (int(p[4:6]), p))
-        self.providers = steps + [pid for pid, _ in REFS if pid in order]
-        self.steps = steps
+        self.steps = sorted((p for p in self.labels if p.startswith("step")), key=lambda p: (int(p[4:6]), p))
+        self.providers = self.steps + [pid for pid, _ in REFS if pid in self.labels]
         ceil = lambda pid, f: statistics.median([float(r[f]) for r in rows if r["provider"] == pid
                                                  and r["status"] == "ok"] or [0]) or None
         self.gemm, self.copy = ceil("gemm_bf16", "tflops"), ceil("copy_d2d", "gbps")
 
     def get(self, pid, *shape):
-        return self.points.get((pid,) + tuple(shape[:5]) + (int(shape[5]),))
+        return self.points.get((pid,) + shape)
 
     def shapes(self, family=None):
         return list(dict.fromkeys(k[1:] for k in self.points if family in (None, k[1])))
@@ -104,9 +112,8 @@ class Results:
 def cell(pt):
     if pt is None:
         return "—"
-    if pt["status"] == "ok":
-        return fmt_tflops(pt["tflops"])
-    return {"skipped": "skipped", "unsupported": "n/a", "fail": "**FAIL**", "error": "**ERROR**"}.get(pt["status"], "?")
+    return fmt_tflops(pt["tflops"]) if pt["status"] == "ok" else {
+        "skipped": "skipped", "unsupported": "n/a", "fail": "**FAIL**", "error": "**ERROR**"}.get(pt["status"], "?")
 
 
 def ratio(pt, ref):
@@ -133,11 +140,9 @@ def tflops_tables(res, shapes, headers):
 
 
 def compare_markdown(res, meta, plots):
-    t, tol = meta["timing"], meta["tolerance"]
+    t, tol, g = meta["timing"], meta["tolerance"], lambda k: meta.get(k, "?")
     spreads = sorted((pt["spread"], pt["label"], k[1:]) for k, pt in res.points.items() if "spread" in pt)
-    L = [f"# Attention forward: course steps vs PyTorch SDPA and Triton — {meta['gpu']}", ""]
-    g = lambda k: meta.get(k, "?")
-    L += table(["", ""], [
+    L = [f"# Attention forward: course steps vs PyTorch SDPA and Triton — {meta['gpu']}", ""] + table(["", ""], [
         ["GPU", f"{meta['gpu']}, {g('sms')} SMs, max SM clock {g('max_sm_clock')} MHz"],
         ["SM clock while the kernels ran", meta.get("sm_clock") or "not sampled"],
         ["driver / CUDA (torch) / cuDNN", f"{g('driver')} / {g('cuda')} / {g('cudnn')}"],
@@ -147,8 +152,8 @@ def compare_markdown(res, meta, plots):
                    f"L2 flush; every point measured {t['repeats']}×; course steps timed by `fa2 bench`, the rest in "
                    "the same process as PyTorch"],
         ["correctness", f"every output vs an fp32 reference: \\|out − ref\\| ≤ {tol['o']['atol']:g} + "
-                        f"{tol['o']['rtol']:g}·\\|ref\\|, ‖out − ref‖/‖ref‖ ≤ {tol['o']['max_rel_norm']:g}, "
-                        f"no NaN/Inf; LSE within {tol['lse']['atol']:g} + {tol['lse']['rtol']:g}·\\|ref\\| (harness/compare.h, "
+                        f"{tol['o']['rtol']:g}·\\|ref\\|, ‖out − ref‖/‖ref‖ ≤ {tol['o']['max_rel_norm']:g}, no NaN/Inf;"
+                        f" LSE within {tol['lse']['atol']:g} + {tol['lse']['rtol']:g}·\\|ref\\| (harness/compare.h, "
                         "harness/check.h)"],
         ["produced by", f"`{meta.get('command', 'python3 scripts/compare.py')}`"]] + [
         ["spread between repeats", f"median {100 * spreads[len(spreads) // 2][0]:.1f} %, largest "
@@ -166,15 +171,15 @@ def compare_markdown(res, meta, plots):
         L += [f"## TFLOP/s, B·N = {meta.get('tokens', 16384) // 1024}k tokens, H·D = {meta.get('hidden', 2048)}"
               " (bf16)", ""]
     for (D, causal), pts in res.groups().items():
-        L += [f"### D = {D}, {'causal' if causal else 'non-causal'}", ""]
-        L += tflops_tables(res, [("16k-tokens", B, H, N, D, causal) for B, H, N in pts],
-                           [f"N={n_label(N)} (B={B}, H={H})" for B, H, N in pts])
+        L += [f"### D = {D}, {'causal' if causal else 'non-causal'}", ""] + tflops_tables(
+            res, [("16k-tokens", B, H, N, D, causal) for B, H, N in pts], [f"N={n_label(N)} (B={B}, H={H})"
+                                                                          for B, H, N in pts])
     for fam, title in (("seed", "The seeds' shape: B=2, H=16, N=4096, D=64"), ("custom", "Custom shapes")):
         if res.shapes(fam):
             L += [f"## TFLOP/s, {title}", ""] + tflops_tables(res, res.shapes(fam),
                                                               [shape_text(*s, short=True) for s in res.shapes(fam)])
-    L += ["## Correctness", "", "Largest error of each provider over all shapes it ran, against the fp32 "
-          "reference.", ""]
+    L += ["## Correctness", "", "Largest error of each provider over all shapes it ran, against the fp32 reference.",
+          ""]
     rows, failures, notes = [], [], {}
     for pid in res.providers:
         pts = [(k[1:], pt) for k, pt in res.points.items() if k[0] == pid]
@@ -192,8 +197,7 @@ def compare_markdown(res, meta, plots):
           ["Every provider that ran agrees with the reference within tolerance."]) + [""]
     if notes:
         L += ["## Not timed", ""] + [f"- {k} — {', '.join(v)}" for k, v in sorted(notes.items())] + [""]
-    if plots:
-        L += ["## Plots", ""] + [f"![{os.path.basename(p)}]({os.path.basename(p)})\n" for p in plots]
+    L += ["## Plots", ""] + [f"![{os.path.basename(p)}]({os.path.basename(p)})\n" for p in plots] if plots else []
     return "\n".join(L + ["Reading the numbers: see docs/performance.md (the FLOP count, how the timing is taken, "
                           "the reference numbers production kernels reach on an H200).", ""])
 
@@ -219,18 +223,9 @@ def readme_block(res, meta, report_rel, plot_rels=()):
     return "\n".join(L + [f"\n[![TFLOP/s against N]({r})]({r})" for r in plot_rels])
 
 
-def update_readme(path, block):
-    text = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
-    b, e = text.find(MARK_BEGIN), text.find(MARK_END)
-    if b < 0 or e < b:
-        print(f"[report] warning: {path} has no results markers; not updated")
-        return False
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text[:b + len(MARK_BEGIN)] + "\n" + block.rstrip() + "\n" + text[e:])
-    return True
-
-
-def write_plots(res, meta, prefix):
+def write_plot(res, meta, prefix):
+    """compare_<gpu>_tflops.png: TFLOP/s against N, one panel per (D, causal) of the 16k-token family."""
+    groups, path = res.groups(), f"{prefix}_tflops.png"
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -238,45 +233,38 @@ def write_plots(res, meta, prefix):
     except ImportError:
         print("[report] warning: matplotlib not installed; no plots")
         return []
-    groups, paths = res.groups(), []
     styles = {"sdpa_flash": ("tab:red", "s"), "sdpa_cudnn": ("tab:purple", "^"), "sdpa_efficient": ("tab:brown", "v"),
               "triton_fa2": ("tab:orange", "D")}
-    for what in ("tflops", "ceiling") if groups else ():
-        if what == "ceiling" and not res.gemm:
-            continue
-        cols = 2 if len(groups) > 1 else 1
-        fig, axes = plt.subplots((len(groups) + cols - 1) // cols, cols, figsize=(6.4 * cols, 4.6 * len(groups) / cols
-                                                                                + 1), squeeze=False)
-        handles = {}
-        for ax, ((D, causal), pts) in zip(axes.flat, groups.items()):
-            for pid in res.providers:
-                xy = [(N, pt["tflops"] if what == "tflops" else 100 * pt["tflops"] / res.gemm) for B, H, N in pts
-                      for pt in [res.get(pid, "16k-tokens", B, H, N, D, causal)] if pt and pt["status"] == "ok"]
-                if xy:
-                    i = res.steps.index(pid) if pid in res.steps else 0
-                    shade = plt.get_cmap("viridis")(0.9 * i / max(1, len(res.steps) - 1))
-                    color, marker = styles.get(pid, (shade, "o"))
-                    handles[res.labels[pid]] = ax.plot(*zip(*xy), color=color, marker=marker, markersize=5,
-                                                       linestyle="--" if pid in styles else "-")[0]
-            if what == "tflops" and res.gemm:
-                handles[f"bf16 GEMM ({fmt_tflops(res.gemm)})"] = ax.axhline(res.gemm, color="gray", linestyle=":")
-            ax.set_xscale("log", base=2)
-            ax.set_xticks([N for _, _, N in pts], [n_label(N) for _, _, N in pts])
-            ax.minorticks_off()
-            ax.set(xlabel="sequence length N (B = 16k / N)", title=f"D = {D}, {'causal' if causal else 'non-causal'}",
-                   **({"yscale": "log", "ylabel": "TFLOP/s (log scale)"} if what == "tflops" else
-                      {"ylim": (0, 100), "ylabel": "% of measured bf16 GEMM rate"}))
-            ax.grid(True, alpha=0.3)
-        for ax in list(axes.flat)[len(groups):]:
-            ax.set_visible(False)
-        fig.suptitle(f"Attention forward, bf16, {'TFLOP/s' if what == 'tflops' else 'share of the GEMM ceiling'} — "
-                     f"{meta['gpu']}, commit {meta['commit']}")
-        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=6, frameon=False)
-        fig.tight_layout(rect=(0, 0.06 + 0.025 * (len(handles) // 6), 1, 0.96))
-        fig.savefig(f"{prefix}_{what}.png", dpi=110)
-        plt.close(fig)
-        paths.append(f"{prefix}_{what}.png")
-    return paths
+    cols = 2 if len(groups) > 1 else 1
+    fig, axes = plt.subplots(-(-len(groups) // cols), cols, figsize=(6.4 * cols, 4.6 * len(groups) / cols + 1),
+                             squeeze=False)
+    handles = {}
+    for ax, ((D, causal), pts) in zip(axes.flat, groups.items()):
+        for pid in res.providers:
+            xy = [(N, pt["tflops"]) for B, H, N in pts for pt in [res.get(pid, "16k-tokens", B, H, N, D, causal)]
+                  if pt and pt["status"] == "ok"]
+            if not xy:
+                continue
+            i = res.steps.index(pid) if pid in res.steps else 0
+            color, marker = styles.get(pid, (plt.get_cmap("viridis")(0.9 * i / max(1, len(res.steps) - 1)), "o"))
+            handles[res.labels[pid]] = ax.plot(*zip(*xy), color=color, marker=marker, markersize=5,
+                                               linestyle="--" if pid in styles else "-")[0]
+        if res.gemm:
+            handles[f"bf16 GEMM ({fmt_tflops(res.gemm)})"] = ax.axhline(res.gemm, color="gray", linestyle=":")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([N for _, _, N in pts], [n_label(N) for _, _, N in pts])
+        ax.minorticks_off()
+        ax.set(xlabel="sequence length N (B = 16k / N)", title=f"D = {D}, {'causal' if causal else 'non-causal'}",
+               yscale="log", ylabel="TFLOP/s (log scale)")
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    fig.suptitle(f"Attention forward, bf16, TFLOP/s — {meta['gpu']}, commit {meta['commit']}")
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=6, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 + 0.025 * (len(handles) // 6), 1, 0.96))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
 
 
 def pair_report(res, meta, old, new):
@@ -287,10 +275,9 @@ def pair_report(res, meta, old, new):
     for s in res.shapes():
         pn, po = res.get(new, *s), res.get(old, *s)
         star = s[0] == "16k-tokens" and s[3] in (1024, 4096, 16384)
-        if star and ratio(pn, po) != "—":
-            worst.append(pn["tflops"] / po["tflops"])
-        rows.append([shape_text(*s) + (" ★" if star else ""), cell(pn), cell(po), ratio(pn, po),
-                     (pn or {}).get("config", ""), (po or {}).get("config", "")])
+        worst += [pn["tflops"] / po["tflops"]] if star and ratio(pn, po) != "—" else []
+        rows.append([shape_text(*s) + " ★" * star, cell(pn), cell(po), ratio(pn, po), (pn or {}).get("config", ""),
+                     (po or {}).get("config", "")])
     L = [f"# {a} against {b} — {meta['gpu']}", "", f"Measured in one run (commit `{meta['commit']}`, {meta['date']}), "
          "shape by shape, L2 flushed between runs, median of each repeat's median; ratio = TFLOP/s of the first column "
          "over the second. ★ marks the 12 reference shapes (B·N = 16k tokens, H·D = 2048, N ∈ {1k, 4k, 16k}).", ""]
@@ -299,54 +286,47 @@ def pair_report(res, meta, old, new):
 
 
 def write_compare(rows, meta, out, name, readme=None):
-    """compare_<gpu>.csv/.json/.md, the plots and (unless readme is None) the README block."""
+    """compare_<gpu>.csv/.json/.md, the plot and (unless readme is None) the README block; returns what it wrote."""
     os.makedirs(out, exist_ok=True)
     prefix = os.path.join(out, name)
     write_csv(rows, prefix + ".csv")
-    rows = read_csv(prefix + ".csv")  # the report says what the CSV says, and --from-csv reproduces it
-    with open(prefix + ".json", "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=1)
-    res = Results(rows)
-    plots = write_plots(res, meta, prefix)
-    with open(prefix + ".md", "w", encoding="utf-8") as f:
-        f.write(compare_markdown(res, meta, plots))
+    res = Results(read_csv(prefix + ".csv"))  # the report says what the CSV says, and --from-csv reproduces it
+    write(prefix + ".json", json.dumps(meta, indent=1))
+    plots = write_plot(res, meta, prefix) if res.groups() else []
+    write(prefix + ".md", compare_markdown(res, meta, plots))
     written = [prefix + ext for ext in (".csv", ".json", ".md")] + plots
     if readme:
-        here = os.path.dirname(os.path.abspath(readme))
-        rels = [os.path.relpath(p, here) for p in plots if p.endswith("_tflops.png")]
-        if update_readme(readme, readme_block(res, meta, os.path.relpath(prefix + ".md", here), rels)):
-            written.append(readme)
+        here, text = os.path.dirname(os.path.abspath(readme)), read(readme) if os.path.exists(readme) else ""
+        b, e = text.find(MARK_BEGIN), text.find(MARK_END)
+        if b < 0 or e < b:
+            print(f"[report] warning: {readme} has no results markers; not updated")
+            return res, written
+        block = readme_block(res, meta, os.path.relpath(prefix + ".md", here),
+                             [os.path.relpath(p, here) for p in plots])
+        write(readme, text[:b + len(MARK_BEGIN)] + "\n" + block.rstrip() + "\n" + text[e:])
+        written.append(readme)
     return res, written
 
 
 # ---- the GPU report of scripts/gpu_report.sh ----------------------------------------------------
 
 def clock_summary(path):
-    """'min / median / max MHz (of N samples)' of the SM clock sampled while the GPU work ran."""
-    mhz = sorted(int(m.group(1)) for line in (open(path, errors="replace") if os.path.exists(path) else [])
-                 for m in [re.match(r"\s*(\d+)\s*(MHz)?\s*$", line)] if m)
+    """'min / median / max MHz (of N samples)' of the SM clock sampled while the GPU work ran: samples
+    "<MHz>" or "<MHz>, <utilization %>", the latter kept only while a kernel was running (utilization > 0)."""
+    lines = read(path).split("\n") if os.path.exists(path) else []
+    mhz = sorted(int(m.group(1)) for m in (re.match(r"\s*(\d+)\s*(?:MHz)?\s*(?:,\s*(\d+)\s*%?)?\s*$", x) for x in lines)
+                 if m and (m.group(2) is None or int(m.group(2)) > 0))
     return f"{mhz[0]} / {mhz[len(mhz) // 2]} / {mhz[-1]} MHz (min / median / max of {len(mhz)} samples)" if mhz else ""
 
 
-def junit_cases(path):
-    """(name, system-out) of every test case in ctest's JUnit XML."""
-    if not os.path.exists(path):
-        return []
-    return [(c.get("name", ""), "".join(e.text or "" for e in c.iter("system-out")))
-            for c in ET.parse(path).getroot().iter("testcase")]
-
-
 def mutant_symptom(text):
-    """run_mutant.sh's last line `MUTANT <name>: VERDICT — <message>` as (verdict, message); when
-    ctest cut the output short of it, the first failure message the output still holds."""
+    """(verdict, message) of run_mutant.sh's `MUTANT <name>: VERDICT — <message>`, else the first failure message."""
     m = re.search(r"^MUTANT \S+: (KILLED|SURVIVED|CRASHED|NOT RUN|ERROR) — (.*)$", text, re.M)
     verdict, pick = (m.group(1), m.group(2)) if m else ("", "")
     for pat in (r"FAIL: (max\|err\|=[^\n]*)", r"(has \d+ HMMA[^\n]*)", r"(Expected[^\n]*)", r"(Value of[^\n]*)",
                 r"(bad input was accepted)", r"(\[  FAILED  \] \S+)"):
-        if pick:
-            break
-        m = re.search(pat, text)
-        pick = m.group(1) if m else ""
+        m = None if pick else re.search(pat, text)
+        pick = m.group(1) if m else pick
     return verdict, re.sub(r" \(first at \d+\)", "", pick)[:230].replace("|", "\\|")
 
 
@@ -354,8 +334,7 @@ def ladder_markdown(rows):
     """The ladder CSV (fa2 ladder --csv) as a table: each step's speed-up over the previous timed step."""
     out, prev = [], {}
     for r in rows:
-        ms = float(r["median_ms"]) if r.get("median_ms") else 0
-        key = (r["D"], r["causal"])
+        ms, key = float(r["median_ms"]) if r.get("median_ms") else 0, (r["D"], r["causal"])
         speedup = f"{prev[key] / ms:.2f}×" if ms and key in prev else "—"
         prev[key] = ms or prev.get(key)
         err = lambda c: f"{float(r[c]):.2e}" if r.get(c) else "—"
@@ -366,35 +345,32 @@ def ladder_markdown(rows):
 
 
 def gpu_report(a):
-    cases = junit_cases(os.path.join(a.logs, "ctest.xml"))
+    """<slug>.md (tests, mutants, printed measurements, sanitizer, ladder) and <slug>.csv (the ladder rows)."""
+    log, xml, san = (os.path.join(a.logs, f) for f in ("ctest.log", "ctest.xml", "sanitizer.csv"))
     pat = re.compile(r"Test\s+#\d+: (.+?) \.{3,}\**\s*(Passed|Failed|Skipped|Not Run|Timeout|Exception|\w+)")
-    tests = [m.groups() for line in open(os.path.join(a.logs, "ctest.log"), errors="replace")
-             for m in [pat.search(line)] if m]
-    count = {}
-    for _, r in tests:
-        count[r] = count.get(r, 0) + 1
-    sh = lambda c: subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
+    tests = [m.groups() for m in map(pat.search, read(log).split("\n")) if m]
+    cases = [(c.get("name", ""), "".join(e.text or "" for e in c.iter("system-out")))
+             for c in (ET.parse(xml).getroot().iter("testcase") if os.path.exists(xml) else [])]
     clock = clock_summary(os.path.join(a.logs, "clocks.txt"))
     L = [f"# GPU results: {a.gpu}", "", f"- commit: `{a.commit}`",
          f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
          f"- GPU: {a.gpu}; max SM clock, memory clock, driver: "
          f"{sh('nvidia-smi --query-gpu=clocks.max.sm,clocks.mem,driver_version --format=csv,noheader')}"]
-    L += [f"- SM clock while the tests, sanitizer and ladder ran: {clock}"] if clock else []
+    L += [f"- SM clock while the tests, sanitizer and ladder ran: {clock}"] * bool(clock)
     L += [f"- CUDA: {sh('nvcc --version | tail -1')}",
           "- produced by `scripts/gpu_report.sh` (build, all tests, compute-sanitizer, ladder)", "", "## Tests", "",
-          f"{len(tests)} ctest cases: " + ", ".join(f"{v} {k.lower()}" for k, v in sorted(count.items())) +
-          f" (ctest exit code {a.ctest_rc}).", ""]
+          f"{len(tests)} ctest cases: " + ", ".join(f"{v} {k.lower()}" for k, v in sorted(Counter(
+              r for _, r in tests).items())) + f" (ctest exit code {a.ctest_rc}).", ""]
     for what, names in (("Failed", [n for n, r in tests if r not in ("Passed", "Skipped")]),
                         ("Skipped", [n for n, r in tests if r == "Skipped"][:50])):
         L += [f"{what}: " + ", ".join(f"`{n}`" for n in names), ""] if names else []
     per_step = {}
     for n, r in tests:
         if re.match(r"step\d\d\.(?!registered$)", n):
-            d = per_step.setdefault(n[4:6], {})
-            d[r] = d.get(r, 0) + 1
+            per_step.setdefault(n[4:6], Counter())[r] += 1
     L += table(["step", "GPU suite cases", "passed", "failed", "skipped"], [
-        [s, sum(d.values()), d.get("Passed", 0), sum(d.values()) - d.get("Passed", 0) - d.get("Skipped", 0),
-         d.get("Skipped", 0)] for s, d in sorted(per_step.items())]) if per_step else []
+        [s, sum(d.values()), d["Passed"], sum(d.values()) - d["Passed"] - d["Skipped"], d["Skipped"]]
+        for s, d in sorted(per_step.items())]) if per_step else []
     symptoms = {n: mutant_symptom(t) for n, t in cases if n.startswith("bug.")}
     L += ["## Bug catalog mutants", "", "A mutant is killed when its regression test fails by its assertion on the "
           "build with the bug injected; a crash or a skipped test is never counted as a kill.", ""]
@@ -405,13 +381,12 @@ def gpu_report(a):
         for n, r in sorted(tests) if n.startswith("bug.")])
     printed = [(n, m.group(1).strip().replace("|", "\\|")) for n, t in cases
                for m in re.finditer(r"^ {4}((?:host cost per call|first call): .*)$", t, re.M)]
-    L += (["## Measurements printed by the tests", ""] + table(["test", "measurement"], [
-        [f"`{n}`", t] for n, t in sorted(printed)])) if printed else []
-    san = os.path.join(a.logs, "sanitizer.csv")
+    L += ["## Measurements printed by the tests", ""] + table(["test", "measurement"], [
+        [f"`{n}`", t] for n, t in sorted(printed)]) if printed else []
     if os.path.exists(san) and read_csv(san):
-        L += ["## compute-sanitizer (B=1, H=2, H_kv=1, N_q=77, N_kv=131, D=64)", ""]
-        L += table(["step", "tool", "result", "errors"], [[r["step"], r["tool"], r["result"], r["errors"]]
-                                                          for r in read_csv(san)])
+        L += ["## compute-sanitizer (B=1, H=2, H_kv=1, N_q=77, N_kv=131, D=64)", ""] + table(
+            ["step", "tool", "result", "errors"], [[r[c] for c in ("step", "tool", "result", "errors")]
+                                                   for r in read_csv(san)])
     ladder = []
     for d in ("64", "128"):
         path = os.path.join(a.logs, f"ladder_d{d}.csv")
@@ -421,8 +396,7 @@ def gpu_report(a):
             L += [f"## Ladder, D={d}" + (" (B={B} H={H_q} N={N_q}, bf16)".format(**rows[0]) if rows else ""), ""]
             L += ladder_markdown(rows)
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, f"{a.slug}.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(L) + "\n")
+    write(os.path.join(a.out, f"{a.slug}.md"), "\n".join(L) + "\n")
     if ladder:
         write_csv(ladder, os.path.join(a.out, f"{a.slug}.csv"), list(ladder[0]))
     print(f"wrote {a.out}/{a.slug}.md")
