@@ -150,6 +150,60 @@ __device__ __forceinline__ FragA<N> to_bf16(const Acc<N>& p) {
   return a;
 }
 
+/// S_t = Q_t·Kᵀ for the M row tiles t of a warp (step 09 on): tile t is rows
+/// [row0 + 16·t, row0 + 16·t + 16) of the shared Q tile. Per 16 dims, the A fragments of the M row
+/// tiles (ldmatrix from shared memory: Q is not kept in registers) and the B fragments of all N
+/// keys are loaded once, then each K fragment feeds M·2 mmas instead of 2.
+template <int M, int N, int QROWS, typename QLayout, typename KLayout>
+__device__ __forceinline__ void mma_qk_tiles(Acc<N> (&s)[M], SmemTile<QROWS, QLayout> q_tile, int row0,
+                                             SmemTile<N, KLayout> k_tile) {
+  constexpr int D = KLayout::kCols;
+  static_assert(QLayout::kCols == D, "queries and keys are rows of D elements");
+  const int lane = lane_id();
+  const unsigned q_bytes = 2 * QLayout::offset(row0 + ptx::ldsm_a_row(lane), ptx::ldsm_a_colblock(lane) * 8);
+  const unsigned k_bytes = 2 * KLayout::offset(ptx::ldsm_k_row(lane), ptx::ldsm_k_colblock(lane) * 8);
+#pragma unroll
+  for (int t = 0; t < M; ++t) s[t] = zeros<N>();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t q_frag[M][4];       // A fragments of the M row tiles, dims 16kk .. 16kk + 15
+    uint32_t k_frag[N / 16][4];  // B fragments of key blocks 2nn and 2nn+1 (16 keys × 16 dims)
+#pragma unroll
+    for (int t = 0; t < M; ++t) ptx::ldmatrix_x4(q_frag[t], q_tile.addr() + QLayout::move(q_bytes, t, kk));
+#pragma unroll
+    for (int nn = 0; nn < N / 16; ++nn) ptx::ldmatrix_x4(k_frag[nn], k_tile.addr() + KLayout::move(k_bytes, nn, kk));
+#pragma unroll
+    for (int nn = 0; nn < N / 16; ++nn)
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        ptx::mma_bf16_16816(s[t].c[2 * nn], q_frag[t], k_frag[nn][0], k_frag[nn][1]);
+        ptx::mma_bf16_16816(s[t].c[2 * nn + 1], q_frag[t], k_frag[nn][2], k_frag[nn][3]);
+      }
+  }
+}
+
+/// O_t += P_t·V for the M row tiles t of a warp (step 09 on): each V fragment (ldmatrix.trans) is
+/// loaded once and feeds M·2 mmas.
+template <int M, int D, int N, typename Layout>
+__device__ __forceinline__ void mma_pv_tiles(Acc<D> (&o)[M], const FragA<N> (&p)[M], SmemTile<N, Layout> v_tile) {
+  static_assert(Layout::kCols == D, "values are rows of D elements");
+  const int lane = lane_id();
+  const unsigned lane_bytes = 2 * Layout::offset(ptx::ldsm_v_row(lane), ptx::ldsm_v_colblock(lane) * 8);
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) {
+#pragma unroll
+    for (int dd = 0; dd < D / 16; ++dd) {
+      uint32_t v_frag[4];  // B fragments of dim blocks 2dd and 2dd+1 (16 keys × 16 dims), transposed
+      ptx::ldmatrix_x4_trans(v_frag, v_tile.addr() + Layout::move(lane_bytes, kk, dd));
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        ptx::mma_bf16_16816(o[t].c[2 * dd], p[t].a[kk], v_frag[0], v_frag[1]);
+        ptx::mma_bf16_16816(o[t].c[2 * dd + 1], p[t].a[kk], v_frag[2], v_frag[3]);
+      }
+    }
+  }
+}
+
 /// Sets every score whose (row, col) the mask hides to -inf. `row0` is the global query row of
 /// the tile's row 0, `col0` the global key of its column 0; mask(row, col) is true when visible.
 template <int N, typename Mask>

@@ -36,6 +36,8 @@ REQUIRED = [
     "n-smaller-than-tile", "causal-alignment", "offset-overflow-32bit", "missing-barrier",
     # the course's own
     "no-max-subtraction", "batch-head-swapped", "ragged-store", "lse-is-m", "kv-tail-not-zeroed",
+    # Part II
+    "row-tile-offset",
 ]
 
 PATCH_RE = re.compile(r"steps/(\d\d)_\w+/bugs/[\w-]+\.patch")

@@ -13,7 +13,9 @@
 // × BLOCK_N/8 key fragments; P·V: BLOCK_N/16 k-steps × D/8 dim fragments, the same number). D
 // and BLOCK_N are read from the kernel's template arguments, attention_kernel<D, Config<BLOCK_M,
 // BLOCK_N, ...>>; a kernel whose name carries no Config uses the BLOCK_N given to the option.
-// P·V on CUDA cores leaves only Q·Kᵀ's half, at every head dim.
+// P·V on CUDA cores leaves only Q·Kᵀ's half, at every head dim. --hmma-per-kv-tile=BLOCK_N:T
+// multiplies the count by T, for kernels whose warps own T row tiles of 16 (each K/V fragment then
+// feeds T times the mmas).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -33,7 +35,8 @@ struct Options {
   std::vector<std::string> forbid;
   std::vector<std::pair<std::string, int>> min_count;
   std::string kernel = ".*";
-  int hmma_block_n = 0;  // --hmma-per-kv-tile: the BLOCK_N of kernels without a Config (0: rule off)
+  int hmma_block_n = 0;    // --hmma-per-kv-tile: the BLOCK_N of kernels without a Config (0: rule off)
+  int hmma_row_tiles = 1;  // ... and the 16-row mma tiles each warp owns (step 09 on: 2)
 } g_opt;
 
 struct Kernel {
@@ -214,7 +217,7 @@ TEST(Sass, HmmaPerKvTile) {
   const std::vector<const Kernel*> kernels = matching_kernels();
   ASSERT_FALSE(kernels.empty()) << "no kernel matches --kernel=" << g_opt.kernel;
   for (const Kernel* k : kernels) {
-    const int need = hmma_per_kv_tile(k->name, g_opt.hmma_block_n);
+    const int need = hmma_per_kv_tile(k->name, g_opt.hmma_block_n) * g_opt.hmma_row_tiles;
     ASSERT_GT(need, 0) << k->name << ": no attention_kernel<HEAD_DIM, ...> in the name";
     const int got = count_instruction(k->sass, "HMMA");
     std::cout << "  " << k->arch << " " << k->name << ": " << got << " HMMA, one K/V tile needs " << need << "\n";
@@ -240,9 +243,12 @@ int main(int argc, char** argv) {
       g_opt.forbid.push_back(val("--forbid="));
     else if (a.rfind("--kernel=", 0) == 0)
       g_opt.kernel = val("--kernel=");
-    else if (a.rfind("--hmma-per-kv-tile=", 0) == 0)
-      g_opt.hmma_block_n = std::stoi(val("--hmma-per-kv-tile="));
-    else if (a.rfind("--min-count=", 0) == 0) {
+    else if (a.rfind("--hmma-per-kv-tile=", 0) == 0) {  // BLOCK_N[:ROW_TILES]
+      const std::string spec = val("--hmma-per-kv-tile=");
+      const size_t colon = spec.find(':');
+      g_opt.hmma_block_n = std::stoi(spec.substr(0, colon));
+      if (colon != std::string::npos) g_opt.hmma_row_tiles = std::stoi(spec.substr(colon + 1));
+    } else if (a.rfind("--min-count=", 0) == 0) {
       const std::string spec = val("--min-count=");
       const size_t colon = spec.find(':');
       if (colon == std::string::npos) {

@@ -348,6 +348,118 @@ TEST(WarpTile, MmaPvAddsPTimesV) {
   check_mma_pv<128, 64, SwizzledLayout<128>>(rng);
 }
 
+// ---- mma_qk_tiles and mma_pv_tiles (step 09: two row tiles per warp share each K/V fragment) -----
+
+constexpr int kRowTiles = 2;
+
+template <int D, int N, typename Layout>
+__global__ void mma_qk_tiles_kernel(const uint16_t* q, const uint16_t* k, float* s) {
+  __shared__ uint4 smem[(Layout::bytes(16 + 16 * kRowTiles) + Layout::bytes(N)) / 16];
+  const SmemTile<16 + 16 * kRowTiles, Layout> q_tile{reinterpret_cast<bf16*>(smem)};  // row0 = 16 below
+  const SmemTile<N, Layout> k_tile{q_tile.ptr + (16 + 16 * kRowTiles) * Layout::kRowElems};
+  fill_tile(q_tile, q);
+  fill_tile(k_tile, k);
+  Acc<N> st[kRowTiles];
+  mma_qk_tiles(st, q_tile, 16, k_tile);
+  for (int t = 0; t < kRowTiles; ++t) write_acc(s + t * 16 * N, st[t]);
+}
+
+template <int D, int N, typename Layout>
+void check_mma_qk_tiles(Rng& rng) {
+  constexpr int kRows = 16 + 16 * kRowTiles;
+  const std::vector<uint16_t> q = rng.bf16s(kRows * D, -1, 1), k = rng.bf16s(N * D, -1, 1);
+  auto dq = upload(q), dk = upload(k);
+  DeviceBuffer<float> ds(kRowTiles * 16 * N);
+  ds.poison();
+  mma_qk_tiles_kernel<D, N, Layout><<<1, kLanes>>>(dq.get(), dk.get(), ds.get());
+  finish();
+  const std::vector<float> all = ds.download();
+  for (int t = 0; t < kRowTiles; ++t) {
+    SCOPED_TRACE(layout_name<Layout>() + ", N " + std::to_string(N) + ", row tile " + std::to_string(t));
+    const std::vector<float> got(all.begin() + t * 16 * N, all.begin() + (t + 1) * 16 * N);
+    expect_acc(got, N, [&](int row, int col, double* tol) {
+      const int qrow = 16 + 16 * t + row;  // rows of tile t, starting at row0 = 16
+      double sum = 0, mag = 0;
+      for (int d = 0; d < D; ++d) {
+        const double x = double(bf16_float(q[qrow * D + d])) * bf16_float(k[col * D + d]);
+        sum += x;
+        mag += std::fabs(x);
+      }
+      *tol = kMmaTol * mag;
+      return sum;
+    });
+  }
+}
+
+TEST(WarpTile, MmaQkTilesIsQTimesKTransposedForEveryRowTile) {
+  FA_REQUIRE_GPU();
+  Rng rng(121);
+  check_mma_qk_tiles<64, 64, SwizzledLayout<64>>(rng);
+  check_mma_qk_tiles<64, 128, SwizzledLayout<64>>(rng);
+  check_mma_qk_tiles<128, 32, SwizzledLayout<128>>(rng);
+  check_mma_qk_tiles<128, 64, SwizzledLayout<128>>(rng);
+  check_mma_qk_tiles<64, 64, PaddedLayout<64>>(rng);
+}
+
+template <int D, int N, typename Layout>
+__global__ void mma_pv_tiles_kernel(const float* o_in, const float* p, const uint16_t* v, float* o_out) {
+  __shared__ uint4 smem[Layout::bytes(N) / 16];
+  const SmemTile<N, Layout> v_tile{reinterpret_cast<bf16*>(smem)};
+  fill_tile(v_tile, v);
+  Acc<D> o[kRowTiles];
+  FragA<N> pt[kRowTiles];
+  for (int t = 0; t < kRowTiles; ++t) {
+    o[t] = read_acc<D>(o_in + t * 16 * D);
+    pt[t] = to_bf16(read_acc<N>(p + t * 16 * N));
+  }
+  mma_pv_tiles(o, pt, v_tile);
+  for (int t = 0; t < kRowTiles; ++t) write_acc(o_out + t * 16 * D, o[t]);
+}
+
+template <int D, int N, typename Layout>
+void check_mma_pv_tiles(Rng& rng) {
+  std::vector<float> o_raw, p_raw, o_in, p;
+  for (int t = 0; t < kRowTiles; ++t) {
+    const std::vector<float> ot = rng.floats(16 * D, -1, 1), pt = rng.floats(16 * N, 0, 1);
+    const std::vector<float> ot_acc = to_acc(ot, D), pt_acc = to_acc(pt, N);
+    o_in.insert(o_in.end(), ot.begin(), ot.end());
+    p.insert(p.end(), pt.begin(), pt.end());
+    o_raw.insert(o_raw.end(), ot_acc.begin(), ot_acc.end());
+    p_raw.insert(p_raw.end(), pt_acc.begin(), pt_acc.end());
+  }
+  const std::vector<uint16_t> v = rng.bf16s(N * D, -1, 1);
+  auto d_o = upload(o_raw), dp = upload(p_raw);
+  auto dv = upload(v);
+  DeviceBuffer<float> dout(kRowTiles * 16 * D);
+  dout.poison();
+  mma_pv_tiles_kernel<D, N, Layout><<<1, kLanes>>>(d_o.get(), dp.get(), dv.get(), dout.get());
+  finish();
+  const std::vector<float> all = dout.download();
+  for (int t = 0; t < kRowTiles; ++t) {
+    SCOPED_TRACE(layout_name<Layout>() + ", N " + std::to_string(N) + ", row tile " + std::to_string(t));
+    const std::vector<float> got(all.begin() + t * 16 * D, all.begin() + (t + 1) * 16 * D);
+    expect_acc(got, D, [&](int row, int col, double* tol) {
+      double sum = o_in[(t * 16 + row) * D + col], mag = std::fabs(sum);
+      for (int j = 0; j < N; ++j) {
+        const double x = double(bf16_float(bf16_bits(p[(t * 16 + row) * N + j]))) * bf16_float(v[j * D + col]);
+        sum += x;
+        mag += std::fabs(x);
+      }
+      *tol = kMmaTol * mag;
+      return sum;
+    });
+  }
+}
+
+TEST(WarpTile, MmaPvTilesAddsPTimesVForEveryRowTile) {
+  FA_REQUIRE_GPU();
+  Rng rng(122);
+  check_mma_pv_tiles<64, 64, SwizzledLayout<64>>(rng);
+  check_mma_pv_tiles<128, 32, SwizzledLayout<128>>(rng);
+  check_mma_pv_tiles<128, 64, SwizzledLayout<128>>(rng);
+  check_mma_pv_tiles<64, 128, PaddedLayout<64>>(rng);
+}
+
 // ---- to_bf16 ------------------------------------------------------------------------------------
 
 template <int N>
