@@ -121,10 +121,12 @@ __device__ __forceinline__ Acc<N> mma_qk(const FragA<D>& q, SmemTile<N, Layout> 
   return s;
 }
 
-/// O += P·V: (16, N) bf16 P fragments times the (N, D) value tile: accumulates into a (16, D)
-/// fp32 tile. V is read with ldmatrix.trans (P·V needs it dim-major; it is stored key-major).
-template <int D, int N, typename Layout>
-__device__ __forceinline__ void mma_pv(Acc<D>& o, const FragA<N>& p, SmemTile<N, Layout> v_tile) {
+/// O_t += P_t·V for M row tiles of (16, N) bf16 P fragments and the (N, D) value tile: each
+/// accumulates into a (16, D) fp32 tile. V is read with ldmatrix.trans (P·V needs it dim-major; it
+/// is stored key-major), and each V fragment is loaded once and feeds M·2 mmas. mma_pv is M = 1;
+/// mma_pv_tiles (step 09 on) gives a warp's two row tiles one call.
+template <int M, int D, int N, typename Layout>
+__device__ __forceinline__ void mma_pv_rows(Acc<D>* o, const FragA<N>* p, SmemTile<N, Layout> v_tile) {
   static_assert(Layout::kCols == D, "values are rows of D elements");
   const int lane = lane_id();
   const unsigned lane_bytes = 2 * Layout::offset(ptx::ldsm_v_row(lane), ptx::ldsm_v_colblock(lane) * 8);
@@ -134,10 +136,19 @@ __device__ __forceinline__ void mma_pv(Acc<D>& o, const FragA<N>& p, SmemTile<N,
     for (int dd = 0; dd < D / 16; ++dd) {
       uint32_t v_frag[4];  // B fragments of dim blocks 2dd and 2dd+1 (16 keys × 16 dims), transposed
       ptx::ldmatrix_x4_trans(v_frag, v_tile.addr() + Layout::move(lane_bytes, kk, dd));
-      ptx::mma_bf16_16816(o.c[2 * dd], p.a[kk], v_frag[0], v_frag[1]);
-      ptx::mma_bf16_16816(o.c[2 * dd + 1], p.a[kk], v_frag[2], v_frag[3]);
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        ptx::mma_bf16_16816(o[t].c[2 * dd], p[t].a[kk], v_frag[0], v_frag[1]);
+        ptx::mma_bf16_16816(o[t].c[2 * dd + 1], p[t].a[kk], v_frag[2], v_frag[3]);
+      }
     }
   }
+}
+
+/// O += P·V for one warp's 16 rows.
+template <int D, int N, typename Layout>
+__device__ __forceinline__ void mma_pv(Acc<D>& o, const FragA<N>& p, SmemTile<N, Layout> v_tile) {
+  mma_pv_rows<1>(&o, &p, v_tile);
 }
 
 /// An fp32 accumulator tile rounded to bf16 A fragments, in registers: two adjacent 16×8
@@ -182,26 +193,10 @@ __device__ __forceinline__ void mma_qk_tiles(Acc<N> (&s)[M], SmemTile<QROWS, QLa
   }
 }
 
-/// O_t += P_t·V for the M row tiles t of a warp (step 09 on): each V fragment (ldmatrix.trans) is
-/// loaded once and feeds M·2 mmas.
+/// O_t += P_t·V for the M row tiles t of a warp (step 09 on), each V fragment loaded once.
 template <int M, int D, int N, typename Layout>
 __device__ __forceinline__ void mma_pv_tiles(Acc<D> (&o)[M], const FragA<N> (&p)[M], SmemTile<N, Layout> v_tile) {
-  static_assert(Layout::kCols == D, "values are rows of D elements");
-  const int lane = lane_id();
-  const unsigned lane_bytes = 2 * Layout::offset(ptx::ldsm_v_row(lane), ptx::ldsm_v_colblock(lane) * 8);
-#pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk) {
-#pragma unroll
-    for (int dd = 0; dd < D / 16; ++dd) {
-      uint32_t v_frag[4];  // B fragments of dim blocks 2dd and 2dd+1 (16 keys × 16 dims), transposed
-      ptx::ldmatrix_x4_trans(v_frag, v_tile.addr() + Layout::move(lane_bytes, kk, dd));
-#pragma unroll
-      for (int t = 0; t < M; ++t) {
-        ptx::mma_bf16_16816(o[t].c[2 * dd], p[t].a[kk], v_frag[0], v_frag[1]);
-        ptx::mma_bf16_16816(o[t].c[2 * dd + 1], p[t].a[kk], v_frag[2], v_frag[3]);
-      }
-    }
-  }
+  mma_pv_rows<M>(o, p, v_tile);
 }
 
 /// Sets every score whose (row, col) the mask hides to -inf. `row0` is the global query row of
