@@ -93,15 +93,14 @@ TEST(Generator, DeviceMatchesHostFormulaInBothLayouts) {
 TEST(PoisonedMemory, KvPaddingRowsAndRowGapsAreNaN) {
   FA_REQUIRE_GPU();
   for (Layout layout : {Layout::bhnd, Layout::bnhd}) {
-    ProblemShape s;
-    s.batch = 2;
-    s.heads_q = 4;
-    s.heads_kv = 2;
-    s.seqlen_q = 5;
-    s.seqlen_kv = 7;
-    s.head_dim = 64;
-    s.row_gap = 8;
-    s.layout = layout;
+    const ProblemShape s{.batch = 2,
+                         .heads_q = 4,
+                         .heads_kv = 2,
+                         .seqlen_q = 5,
+                         .seqlen_kv = 7,
+                         .head_dim = 64,
+                         .layout = layout,
+                         .row_gap = 8};
     AttentionProblem prob(s);
     const AttentionParams p = prob.params();
     ASSERT_GE(p.k_stride.seq, (layout == Layout::bnhd ? s.heads_kv : 1) * s.head_dim + s.row_gap);
@@ -122,12 +121,8 @@ TEST(PoisonedMemory, KvPaddingRowsAndRowGapsAreNaN) {
 
 TEST(PoisonedMemory, WritesOutsideOAndLseAreCaught) {
   FA_REQUIRE_GPU();
-  ProblemShape s;
-  s.batch = 1;
-  s.heads_q = s.heads_kv = 2;
-  s.seqlen_q = s.seqlen_kv = 9;
-  s.head_dim = 64;
-  s.row_gap = 8;
+  const ProblemShape s{
+      .batch = 1, .heads_q = 2, .heads_kv = 2, .seqlen_q = 9, .seqlen_kv = 9, .head_dim = 64, .row_gap = 8};
   const __nv_bfloat16 one = __float2bfloat16(1.0f);
   // (where, element offset from O's first element)
   const std::pair<const char*, int64_t> o_cases[] = {{"before O", -1}, {"after O", 0}, {"in a row gap of O", 64}};

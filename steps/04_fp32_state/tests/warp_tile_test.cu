@@ -171,6 +171,34 @@ void expect_frag(const std::vector<uint32_t>& raw, int k, Want want) {
       }
 }
 
+// The CPU models of the two products, with the tolerance kMmaTol·Σ|terms| (see kMmaTol).
+// S[row, col] = Σ_d Q[qrow, d]·K[col, d] for row-major bf16 bits Q (rows of D) and K (N, D).
+double qk_model(const std::vector<uint16_t>& q, const std::vector<uint16_t>& k, int d_dim, int qrow, int col,
+                double* tol) {
+  double sum = 0, mag = 0;
+  for (int d = 0; d < d_dim; ++d) {
+    const double x = double(bf16_float(q[qrow * d_dim + d])) * bf16_float(k[col * d_dim + d]);
+    sum += x;
+    mag += std::fabs(x);
+  }
+  *tol = kMmaTol * mag;
+  return sum;
+}
+
+// O[row, col] + Σ_j bf16(P[row, j])·V[j, col] for row-major float O (rows of D), P (rows of N) and
+// bf16 bits V (N, D).
+double pv_model(const std::vector<float>& o, const std::vector<float>& p, const std::vector<uint16_t>& v, int d_dim,
+                int n, int row, int col, double* tol) {
+  double sum = o[row * d_dim + col], mag = std::fabs(sum);
+  for (int j = 0; j < n; ++j) {
+    const double x = double(bf16_float(bf16_bits(p[row * n + j]))) * bf16_float(v[j * d_dim + col]);
+    sum += x;
+    mag += std::fabs(x);
+  }
+  *tol = kMmaTol * mag;
+  return sum;
+}
+
 // ---- device: tiles in and out in register order -------------------------------------------------
 
 template <int COLS>
@@ -279,16 +307,7 @@ void check_mma_qk(Rng& rng) {
   ds.poison();
   mma_qk_kernel<D, N, Layout><<<1, kLanes>>>(dq.get(), dk.get(), ds.get());
   finish();
-  expect_acc(ds.download(), N, [&](int row, int col, double* tol) {
-    double sum = 0, mag = 0;
-    for (int d = 0; d < D; ++d) {
-      const double x = double(bf16_float(q[row * D + d])) * bf16_float(k[col * D + d]);
-      sum += x;
-      mag += std::fabs(x);
-    }
-    *tol = kMmaTol * mag;
-    return sum;
-  });
+  expect_acc(ds.download(), N, [&](int row, int col, double* tol) { return qk_model(q, k, D, row, col, tol); });
 }
 
 TEST(WarpTile, MmaQkIsQTimesKTransposed) {
@@ -327,16 +346,8 @@ void check_mma_pv(Rng& rng) {
   dout.poison();
   mma_pv_kernel<D, N, Layout><<<1, kLanes>>>(d_o.get(), dp.get(), dv.get(), dout.get());
   finish();
-  expect_acc(dout.download(), D, [&](int row, int col, double* tol) {
-    double sum = o_in[row * D + col], mag = std::fabs(sum);
-    for (int j = 0; j < N; ++j) {
-      const double x = double(bf16_float(bf16_bits(p[row * N + j]))) * bf16_float(v[j * D + col]);
-      sum += x;
-      mag += std::fabs(x);
-    }
-    *tol = kMmaTol * mag;
-    return sum;
-  });
+  expect_acc(dout.download(), D,
+             [&](int row, int col, double* tol) { return pv_model(o_in, p, v, D, N, row, col, tol); });
 }
 
 TEST(WarpTile, MmaPvAddsPTimesV) {
@@ -377,17 +388,8 @@ void check_mma_qk_tiles(Rng& rng) {
   for (int t = 0; t < kRowTiles; ++t) {
     SCOPED_TRACE(layout_name<Layout>() + ", N " + std::to_string(N) + ", row tile " + std::to_string(t));
     const std::vector<float> got(all.begin() + t * 16 * N, all.begin() + (t + 1) * 16 * N);
-    expect_acc(got, N, [&](int row, int col, double* tol) {
-      const int qrow = 16 + 16 * t + row;  // rows of tile t, starting at row0 = 16
-      double sum = 0, mag = 0;
-      for (int d = 0; d < D; ++d) {
-        const double x = double(bf16_float(q[qrow * D + d])) * bf16_float(k[col * D + d]);
-        sum += x;
-        mag += std::fabs(x);
-      }
-      *tol = kMmaTol * mag;
-      return sum;
-    });
+    // Rows of tile t, starting at row0 = 16.
+    expect_acc(got, N, [&](int row, int col, double* tol) { return qk_model(q, k, D, 16 + 16 * t + row, col, tol); });
   }
 }
 
@@ -438,16 +440,8 @@ void check_mma_pv_tiles(Rng& rng) {
   for (int t = 0; t < kRowTiles; ++t) {
     SCOPED_TRACE(layout_name<Layout>() + ", N " + std::to_string(N) + ", row tile " + std::to_string(t));
     const std::vector<float> got(all.begin() + t * 16 * D, all.begin() + (t + 1) * 16 * D);
-    expect_acc(got, D, [&](int row, int col, double* tol) {
-      double sum = o_in[(t * 16 + row) * D + col], mag = std::fabs(sum);
-      for (int j = 0; j < N; ++j) {
-        const double x = double(bf16_float(bf16_bits(p[(t * 16 + row) * N + j]))) * bf16_float(v[j * D + col]);
-        sum += x;
-        mag += std::fabs(x);
-      }
-      *tol = kMmaTol * mag;
-      return sum;
-    });
+    expect_acc(got, D,
+               [&](int row, int col, double* tol) { return pv_model(o_in, p, v, D, N, t * 16 + row, col, tol); });
   }
 }
 
