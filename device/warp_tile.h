@@ -277,6 +277,18 @@ __device__ __forceinline__ Acc<N> exp2_rows(const Acc<N>& s, float scale_log2, R
   return p;
 }
 
+/// True for the whole warp when, in any of the 16 rows of the tile, the new max is more than
+/// `threshold` above the old one in exp2 units (c·(m_new − m_old) > threshold): the rows' state
+/// must then be rescaled. Otherwise every row may keep its old max, and its p = 2^(c·s − c·m_old)
+/// stays ≤ 2^threshold. A row whose old max is -inf and new one finite has moved (+inf); a row
+/// still at -inf has not (-inf − −inf is NaN, and NaN > threshold is false). The answer is
+/// warp-uniform (one vote), so the rescale it guards is a branch no lane diverges on.
+__device__ __forceinline__ bool any_max_moved(Rows m_old, Rows m_new, float scale_log2, float threshold) {
+  const bool moved = (m_new.r[0] - m_old.r[0]) * scale_log2 > threshold ||  //
+                     (m_new.r[1] - m_old.r[1]) * scale_log2 > threshold;
+  return __any_sync(0xffffffffu, moved);
+}
+
 /// Multiplies each row of o by its factor.
 template <int D>
 __device__ __forceinline__ void rescale(Acc<D>& o, Rows alpha) {
