@@ -243,7 +243,7 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
 }
 
 FA_REGISTER_STEP({10, "lazy_rescale", /*base=*/9,
-                  "the running max moves, and O and l are rescaled, only when a row's max rose by more than 2^8",
-                  kCaps, &forward, ""})
+                  "the running max moves, and O and l are rescaled, only when a row's max rose by more than 2^8", kCaps,
+                  &forward, ""})
 
 }  // namespace fa::step10
