@@ -26,9 +26,6 @@
 //                    wait for them (a __syncthreads) before anyone reads the tile. Step 04.
 //   load_tile_async  cp.async: the copy runs in the background while the block computes; the
 //                    caller commits and waits on groups (device/ptx/cp_async.h). Step 08.
-//
-// And one way out: copy_rows_out, a warp's rows of a tile to global memory in 16-byte stores
-// (the epilogue of step 11, after warp_tile.h's stage_rows has put O in the tile).
 #pragma once
 
 #include <cstdint>
@@ -139,29 +136,6 @@ __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, con
     const bool valid = row < valid_rows;
     const bf16* g = src + (valid ? row * stride + col : 0);
     ptx::cp_async_16(smem0 + pass * Plan::kRowsPerPass * Layout::kRowElems * 2, g, valid);
-  }
-}
-
-/// One warp copies rows [row0, row0 + ROWS_W) of `tile` to global memory at `dst` (rows `stride`
-/// elements apart, row i of the tile to dst + i·stride), in 16-byte chunks: one store
-/// instruction writes 512 bytes of whole rows (2 rows at D = 128, 4 at D = 64), every 32-byte
-/// sector full. Rows at and past `valid_rows` are not written. The warp must have finished writing those rows of the
-/// tile (a __syncwarp) before the call.
-template <int ROWS_W, int ROWS, typename Layout>
-__device__ __forceinline__ void copy_rows_out(SmemTile<ROWS, Layout> tile, int row0, bf16* dst, int64_t stride,
-                                              int valid_rows) {
-  constexpr int kChunks = Layout::kCols / 8;  // 16-byte chunks per row
-  static_assert(32 % kChunks == 0 || kChunks % 32 == 0, "a warp covers whole rows or a row in whole passes");
-  constexpr int kChunksTotal = ROWS_W * kChunks;
-  static_assert(kChunksTotal % 32 == 0, "the rows split evenly over the warp's lanes");
-  const int lane = int(threadIdx.x) % 32;
-#pragma unroll
-  for (int pass = 0; pass < kChunksTotal / 32; ++pass) {
-    const int chunk = pass * 32 + lane;
-    const int row = row0 + chunk / kChunks, col = (chunk % kChunks) * 8;
-    if (row < valid_rows)
-      *reinterpret_cast<uint4*>(dst + row * stride + col) =
-          *reinterpret_cast<const uint4*>(tile.ptr + Layout::offset(row, col));
   }
 }
 

@@ -336,25 +336,6 @@ __device__ __forceinline__ void store_rows(bf16* dst, int64_t stride, const Acc<
   }
 }
 
-/// The same rows, scaled and rounded to bf16 like store_rows, written into rows [row0, row0 + 16)
-/// of a shared-memory tile instead of to global memory: the first half of an epilogue through
-/// shared memory (copy_rows_out then moves whole 16-byte chunks). A quad's four lanes fill one
-/// 16-byte chunk of a row, and the 8 rows of a store land in 8 different chunks of the swizzle:
-/// no bank conflicts.
-template <int D, int ROWS, typename Layout>
-__device__ __forceinline__ void stage_rows(SmemTile<ROWS, Layout> tile, const Acc<D>& o, Rows scale, int row0) {
-  static_assert(Layout::kCols == D, "the tile holds rows of D elements");
-  const int lane = lane_id();
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + rows_row(lane, r);
-#pragma unroll
-    for (int f = 0; f < D / 8; ++f)
-      *reinterpret_cast<uint32_t*>(tile.ptr + Layout::offset(row, f * 8 + ptx::mma_c_col(lane, 0))) =
-          ptx::pack_bf16x2(o.c[f][2 * r] * scale.r[r], o.c[f][2 * r + 1] * scale.r[r]);
-  }
-}
-
 /// Writes one fp32 value per row, values[row] for rows [row0, row0 + 16) below valid_rows, from
 /// the first lane of each quad (the four lanes hold the same row value).
 __device__ __forceinline__ void store_row_values(float* dst, Rows x, int row0, int valid_rows) {
