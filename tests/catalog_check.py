@@ -37,7 +37,7 @@ REQUIRED = [
     # the course's own
     "no-max-subtraction", "batch-head-swapped", "ragged-store", "lse-is-m", "kv-tail-not-zeroed",
     # Part II
-    "row-tile-offset", "lazy-rescale-stale-state",
+    "row-tile-offset", "lazy-rescale-stale-state", "grid-y-limit",
 ]
 
 PATCH_RE = re.compile(r"steps/(\d\d)_\w+/bugs/[\w-]+\.patch")
