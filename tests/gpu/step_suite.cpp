@@ -236,7 +236,10 @@ void expect_64bit_row_offsets(const StepInfo& step) {
   FA_REQUIRE_GPU();
   // (B, N, H, D) with a row stride of 2^19 elements (a strided view): row 4096 starts at element
   // 2^31, so row × sequence stride overflows 32 bits while every tensor is small in elements.
-  ProblemShape s = make(1, 2, 2, 4100, 4100, 64, step.caps.causal);
+  // 304 rows past that boundary, for Q/O and for K/V alike: a wrapped key offset must carry
+  // enough weight in the late rows' softmax (up to 7 % of the keys) to fail the check, not only
+  // a wrapped query row.
+  ProblemShape s = make(1, 2, 2, 4400, 4400, 64, step.caps.causal);
   s.layout = Layout::bnhd;
   s.row_gap = (int64_t(1) << 19) - s.heads_q * s.head_dim;
   s.kv_pad_rows = 0;  // the guards still follow the last row
