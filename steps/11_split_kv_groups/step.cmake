@@ -1,0 +1,10 @@
+# Step 09's instructions and HMMA per K/V tile; the tuner, LSE and cp.async tests of steps 06-08
+# run here too. Cases: a long row whose max keeps rising (the structured inputs of the shared
+# suites test that), N_kv of one ragged tile (the first and only tile must rescale from -inf),
+# and causal bottom-right cross-attention under GQA, where some rows see no key at all.
+fa_step(11 split_kv_groups BASE 10
+  STATIC REQUIRE HMMA LDSM LDGSTS HMMA_PER_KV_TILE 64:2 KERNEL attention_kernel
+  CASES "long_d128=--b 1 --h 4 --n 8192 --d 128"
+        "one_ragged_tile=--b 2 --h 3 --nq 300 --nkv 17 --d 64"
+        "causal_gqa=--b 2 --h 4 --hkv 2 --nq 1531 --nkv 1013 --d 128 --causal --bottom-right"
+  TESTS_FROM 06 07 08)
