@@ -3,7 +3,7 @@
 //
 // What changed since step 09:
 //  - any_max_moved (device/warp_tile.h): one warp vote per row tile and KV tile. When no row's
-//    max rose by more than kRescaleThreshold = 8 (in exp2 units), O, l and m are left alone and
+//    max rose by more than RESCALE_THRESHOLD = 8 (in exp2 units), O, l and m are left alone and
 //    P = 2^(c·s − c·m_i) is computed against the old max: it is then at most 2^8 = 256.
 //  - Otherwise the state is rescaled exactly as in step 09 (every row to its own new max).
 // Why it is exact: O and l carry the same factor 2^(c·m_i) whichever max is used, so O / l and
