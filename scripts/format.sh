@@ -10,7 +10,13 @@ if ! command -v clang-format >/dev/null; then
   [ "${1:-}" = "--check" ] && exit 77
   exit 1
 fi
-mapfile -t files < <(git ls-files '*.h' '*.cuh' '*.cpp' '*.cu' 2>/dev/null || find include common reference steps tests tools capi -name '*.[ch]*')
+# Tracked files and new ones not yet added (a new step is checked before its first commit); the
+# ignored ones (build folders, dependencies) are not sources of the course.
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.h' '*.cuh' '*.cpp' '*.cu' 2>/dev/null ||
+  find include common reference steps tests tools capi -name '*.[ch]*')
+existing=()
+for f in "${files[@]}"; do [ -f "$f" ] && existing+=("$f"); done  # not a file deleted but still in the index
+files=("${existing[@]}")
 if [ "${1:-}" = "--check" ]; then
   bad=0
   for f in "${files[@]}"; do
