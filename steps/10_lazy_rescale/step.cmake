@@ -1,6 +1,6 @@
 # Step 09's instructions and HMMA per K/V tile; the tuner, LSE and cp.async tests of steps 06-08
-# run here too. Cases: a long row whose max keeps rising (the structured inputs of the shared
-# suites test that), N_kv of one ragged tile (the first and only tile must rescale from -inf),
+# run here too. Cases: a long row at D = 128 (128 KV tiles, nearly all of them skipping the
+# rescale), N_kv of one ragged tile (the first and only tile must rescale from -inf),
 # and causal bottom-right cross-attention under GQA, where some rows see no key at all.
 fa_step(10 lazy_rescale BASE 09
   STATIC REQUIRE HMMA LDSM LDGSTS HMMA_PER_KV_TILE 64:2 KERNEL attention_kernel
