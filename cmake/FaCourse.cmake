@@ -78,7 +78,7 @@ function(fa_step_test_executable target step_target nn)
   target_link_libraries(${target} PRIVATE fa_gpu_suite ${step_target} fa_harness GTest::gtest)
 endfunction()
 
-# fa_step(<NN> <name> [BASE <NN>]
+# fa_step(<NN> <name> [BASE <NN>] [ARCH <architectures>]
 #         [STATIC [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...]
 #                 [HMMA_PER_KV_TILE <BLOCK_N>] [KERNEL <regex>]]
 #         [CASES "<case>=<fa2 run arguments>"...] [TESTS_FROM <NN>...])
@@ -92,10 +92,13 @@ endfunction()
 #   stepNN.case.<case>     `fa2 run --step NN <arguments>` checked against the reference (label
 #                          gpu; skipped without a GPU): the step's lesson on a shape worth seeing
 #   stepNN.registered      `fa2 list` shows the step under this number and name, from BASE (cpu)
+# ARCH replaces CMAKE_CUDA_ARCHITECTURES for this step alone (and its mutants): the Hopper steps
+# say 90a, because wgmma and setmaxnreg exist only in sm_90a code; on another GPU such a step
+# refuses to run (Capabilities::only_sm) and its tests report SKIPPED.
 # BASE is the step this one grows from: scripts/diff_steps.sh NN diffs against it. TESTS_FROM lists
 # earlier steps whose own tests (steps/NN_name/tests/) this step's test program also runs.
 function(fa_step nn name)
-  cmake_parse_arguments(A "STATIC" "BASE;KERNEL;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;CASES;TESTS_FROM" ${ARGN})
+  cmake_parse_arguments(A "STATIC" "BASE;ARCH;KERNEL;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;CASES;TESTS_FROM" ${ARGN})
   set(dir ${FA_STEPS_DIR}/${nn}_${name})
   if(A_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "fa_step(${nn} ${name}): unexpected arguments '${A_UNPARSED_ARGUMENTS}'")
@@ -125,8 +128,16 @@ function(fa_step nn name)
   # The step itself, and the id its tuning cache is keyed by.
   fa_step_id_inputs(id_inputs ${dir})
   fa_build_id(build_id ${id_inputs})
+  if(DEFINED A_ARCH)
+    string(SHA256 build_id "${build_id}\narch=${A_ARCH}\n")
+    string(SUBSTRING ${build_id} 0 16 build_id)
+  endif()
   set_property(GLOBAL PROPERTY FA_BUILD_ID_${nn} ${build_id})
+  set_property(GLOBAL PROPERTY FA_STEP_ARCH_${nn} "${A_ARCH}")
   add_library(fa_step${nn} OBJECT ${dir}/attention.cu)
+  if(DEFINED A_ARCH)
+    set_target_properties(fa_step${nn} PROPERTIES CUDA_ARCHITECTURES "${A_ARCH}")
+  endif()
   target_link_libraries(fa_step${nn} PUBLIC fa_library)
   target_compile_definitions(fa_step${nn} PRIVATE FA_BUILD_ID="${build_id}")
   set_property(GLOBAL APPEND PROPERTY FA_STEP_TARGETS fa_step${nn})

@@ -10,15 +10,19 @@
 // an immediate offset; in the swizzled one, each 16-column step is one XOR (a register per step,
 // also computed before the loop) and each 16-row step an immediate.
 //
-// Two layouts, both free of bank conflicts for ldmatrix (8 lanes read 8 rows × 16 bytes at the
-// same logical columns; those 8 rows must fall on 8 different 16-byte bank groups):
+// Three layouts; the first two free of bank conflicts for ldmatrix (8 lanes read 8 rows × 16
+// bytes at the same logical columns; those 8 rows must fall on 8 different 16-byte bank groups):
 //
 //   PaddedLayout<COLS>    rows of COLS + 8 elements: row r starts 16·r bytes further round the
 //                         128-byte bank cycle. Simple arithmetic; costs 16 bytes per row. Step 04.
 //   SwizzledLayout<COLS>  rows of exactly COLS elements, logical 16-byte chunk c of row r stored at
 //                         chunk c ^ (r % 8) (device/ptx/swizzle.h). No padding, so a deeper ring of
 //                         tiles fits; moving right is an XOR. Step 08.
+//   WgmmaLayout<ROWS, COLS>  what wgmma's 128-byte swizzle reads (device/ptx/wgmma.h): the tile
+//                         cut into panels of 64 columns, each panel ROWS rows of 128 bytes, the
+//                         same XOR inside each row. For COLS = 64 it is SwizzledLayout<64>. Step 11.
 //
+// Every layout also says `kRowPitch`: how many elements one row down is, at a fixed column.
 // And two ways to fill a tile, both zero-filling rows at and past `valid_rows` (a ragged last
 // tile holds zeros: never stale data, never the NaN that 0 × NaN would spread through P·V):
 //
@@ -46,6 +50,7 @@ struct PaddedLayout {
   static_assert(COLS % 16 == 0, "tile rows are whole 16×16 blocks");
   static constexpr int kCols = COLS;
   static constexpr int kRowElems = COLS + 8;  // the 8 extra bf16 = 16 bytes shift each row's banks
+  static constexpr int kRowPitch = kRowElems;
   FA_HD static constexpr int offset(int row, int col) { return row * kRowElems + col; }
   FA_HD static constexpr unsigned move(unsigned lane_bytes, int rb, int cb) {
     return lane_bytes + unsigned(rb * 16 * kRowElems * 2 + cb * 32);
@@ -62,6 +67,7 @@ struct SwizzledLayout {
   static_assert((COLS & (COLS - 1)) == 0, "rows must be a power of two elements long");
   static constexpr int kCols = COLS;
   static constexpr int kRowElems = COLS;
+  static constexpr int kRowPitch = COLS;
   FA_HD static int offset(int row, int col) { return ptx::swizzled_offset(row, col, COLS); }
   // 16 rows down keeps r % 8 and so the swizzle: a plain add. 16 columns right is 2 chunks; for a
   // lane whose own chunk is 0 or 1 that is an XOR (ptx::swizzle_move_right).
@@ -71,9 +77,34 @@ struct SwizzledLayout {
   FA_HD static constexpr int bytes(int rows) { return rows * COLS * 2; }
 };
 
+/// Panels of 64 columns, each (ROWS, 64) with the XOR swizzle: wgmma's 128-byte swizzle.
+template <int ROWS, int COLS>
+struct WgmmaLayout {
+  static_assert(COLS % 64 == 0 && ROWS % 8 == 0, "whole 64-column panels of whole 8-row swizzle atoms");
+  static constexpr int kCols = COLS;
+  static constexpr int kRows = ROWS;
+  static constexpr int kPanelElems = ROWS * 64;  // one (ROWS, 64) panel
+  static constexpr int kRowElems = COLS;          // a tile of r rows holds r · COLS elements
+  static constexpr int kRowPitch = 64;            // one row down, inside a panel
+  FA_HD static int offset(int row, int col) {
+    return (col / 64) * kPanelElems + ptx::swizzled_offset(row, col % 64, 64);
+  }
+  FA_HD static constexpr int bytes(int rows) { return rows * COLS * 2; }
+};
+
+/// wgmma reads its swizzle atoms (8 rows of 128 bytes) from 1024-byte boundaries: a kernel with
+/// WgmmaLayout tiles allocates this much more dynamic shared memory and starts at aligned_for_wgmma.
+constexpr int kWgmmaAlignment = 1024;
+
 #if defined(__CUDACC__)
 
 using bf16 = __nv_bfloat16;
+
+/// The first 1024-byte boundary at or after `smem` (dynamic shared memory is only 16-byte aligned).
+__device__ __forceinline__ bf16* aligned_for_wgmma(void* smem) {
+  const uint32_t addr = uint32_t(__cvta_generic_to_shared(smem));
+  return reinterpret_cast<bf16*>(static_cast<char*>(smem) + (kWgmmaAlignment - addr % kWgmmaAlignment) % kWgmmaAlignment);
+}
 
 /// A (ROWS, Layout::kCols) bf16 tile in shared memory: a pointer to its element (0, 0) and the
 /// layout the warp-tile operations address it with.
@@ -86,6 +117,7 @@ struct SmemTile {
 };
 
 /// The tile `index` tiles of this shape after `t` (ring buffers, K and V side by side).
+/// A WgmmaLayout tile holds ROWS · COLS elements too, so the arithmetic is the same.
 template <int ROWS, typename Layout>
 __device__ __forceinline__ SmemTile<ROWS, Layout> next_tile(SmemTile<ROWS, Layout> t, int index) {
   return {t.ptr + index * ROWS * Layout::kRowElems};
@@ -119,7 +151,7 @@ __device__ __forceinline__ void load_tile(SmemTile<ROWS, Layout> tile, const bf1
   }
 #pragma unroll
   for (int pass = 0; pass < Plan::kPasses; ++pass)
-    *reinterpret_cast<uint4*>(dst0 + pass * Plan::kRowsPerPass * Layout::kRowElems) = chunk[pass];
+    *reinterpret_cast<uint4*>(dst0 + pass * Plan::kRowsPerPass * Layout::kRowPitch) = chunk[pass];
 }
 
 /// The same copy with cp.async: nothing passes through registers and the call returns at once.
@@ -135,7 +167,7 @@ __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, con
     const int row = row0 + pass * Plan::kRowsPerPass;
     const bool valid = row < valid_rows;
     const bf16* g = src + (valid ? row * stride + col : 0);
-    ptx::cp_async_16(smem0 + pass * Plan::kRowsPerPass * Layout::kRowElems * 2, g, valid);
+    ptx::cp_async_16(smem0 + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2, g, valid);
   }
 }
 

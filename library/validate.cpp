@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include <cuda_runtime.h>
+
 #include "fa/registry.h"
 
 namespace fa {
@@ -116,6 +118,24 @@ Status validate(const AttentionParams& p, const Capabilities& caps) {
       return fail("tensors of " + std::to_string(largest) + " elements exceed this step's limit of " +
                   std::to_string(caps.max_tensor_elements));
   }
+  return Status::Ok();
+}
+
+Status check_device(const Capabilities& caps) {
+  if (caps.only_sm == 0) return Status::Ok();
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();  // leave no sticky error behind
+    return Status::Unsupported("this step needs a GPU of compute capability " + std::to_string(caps.only_sm / 10) +
+                               "." + std::to_string(caps.only_sm % 10) + " and no CUDA device is usable");
+  }
+  if (major * 10 + minor != caps.only_sm)
+    return Status::Unsupported("this step's kernels are built for compute capability " +
+                               std::to_string(caps.only_sm / 10) + "." + std::to_string(caps.only_sm % 10) +
+                               " only (sm_" + std::to_string(caps.only_sm) +
+                               "a: H100, H200); this GPU is " + std::to_string(major) + "." + std::to_string(minor));
   return Status::Ok();
 }
 

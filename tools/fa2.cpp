@@ -69,6 +69,10 @@ int cmd_run(const std::vector<std::string>& args) {
   // the same way with or without a GPU, and nothing is allocated for it.
   if (Status st = validate(validation_params(s), step->caps); !st.ok()) throw std::invalid_argument(st.message());
   if (!require_gpu("run")) return kExitNoGpu;
+  if (Status st = check_device(step->caps); !st.ok()) {  // a Hopper step on another GPU: skipped
+    std::fprintf(stderr, "fa2 run: step %d: %s\n", step->number, st.message().c_str());
+    return kExitNoGpu;
+  }
 
   AttentionProblem prob(s);
   std::printf("step %02d_%s on %s\n", step->number, step->name.c_str(), to_string(s).c_str());

@@ -25,6 +25,9 @@ struct Capabilities {
   int64_t max_seqlen = 0;
   /// Largest B·H_q the step's grid spreads (0: no limit).
   int64_t max_batch_heads = 0;
+  /// The one compute capability (major · 10 + minor) the step's kernels are built for, e.g. 90
+  /// for the sm_90a instructions of Hopper (wgmma); 0: every GPU the build targets.
+  int only_sm = 0;
 };
 
 /// @brief Signature of every step's forward function. Runs asynchronously on `stream`.
@@ -77,5 +80,10 @@ struct StepRegistrar {
 /// positive sizes, divisible head groups, unit dim stride, 16-byte aligned rows).
 /// @return Ok, or an error naming the first problem and what is supported.
 Status validate(const AttentionParams& params, const Capabilities& caps);
+
+/// @brief Can the current CUDA device run a step with these capabilities (`only_sm`)? A property
+/// of the GPU, not of the input, so it is separate from validate: shapes validate without a GPU.
+/// @return Ok, or an error naming the GPU's compute capability and the one the step needs.
+Status check_device(const Capabilities& caps);
 
 }  // namespace fa

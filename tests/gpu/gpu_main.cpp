@@ -4,10 +4,27 @@
 
 #include <string>
 
+#include "harness/gpu.h"
 #include "tests/gpu/step_suite.h"
+
+namespace {
+
+// A step built for one GPU generation only (the sm_90a instructions of the Hopper steps) does not
+// run on another: then every test is reported SKIPPED, with the reason, and none passes.
+class StepRunsOnThisGpu : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (!fa::gpu_available()) return;  // each GPU test skips by itself (FA_REQUIRE_GPU)
+    if (fa::Status st = fa::check_device(fa::testing::the_step().caps); !st.ok())
+      GTEST_SKIP() << "step " << fa::testing::the_step().number << ": " << st.message() << ": NOT RUN";
+  }
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new StepRunsOnThisGpu);
   bool large = false;
   for (int i = 1; i < argc; ++i) large |= std::string(argv[i]) == "--fa_large";
   if (large) {

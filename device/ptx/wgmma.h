@@ -1,0 +1,163 @@
+// Warpgroup matrix multiply (Hopper, sm_90a): four consecutive warps, a "warpgroup" of 128 threads
+// starting at a warp index divisible by 4, issue one `wgmma.mma_async` together, and the tensor
+// cores compute D = A·B + D for a 64 × N tile with K = 16 (bf16 inputs, fp32 accumulators in
+// registers). Unlike mma.sync the instruction is asynchronous: it returns before the product is
+// done, and its accumulators may be read (or its shared operands overwritten) only after
+// `wgmma.wait_group`.
+//
+// Operands. B always comes from shared memory, through a 64-bit matrix descriptor: the tile's
+// address, two strides, and its swizzle. A comes from shared memory too (Q·Kᵀ) or from registers
+// (P·V: P never leaves the registers it was computed in). The descriptors here describe the
+// 128-byte swizzle: a tile is cut into panels 64 bf16 (128 bytes) wide, a panel's rows are 128
+// bytes apart, and 16-byte chunk c of row r is stored at chunk c ^ (r % 8) (device/ptx/swizzle.h;
+// device/smem_tile.h's WgmmaLayout). Eight rows make one 1024-byte swizzle atom, which must
+// start at a 1024-byte boundary, because the hardware takes r % 8 from the address bits.
+//
+//   K-major operand (the 16 K values of a row are contiguous: Q, and K for Q·Kᵀ)
+//     start  = the tile's row 0 at column k0 (a multiple of 16 inside one panel: + 32 bytes per
+//              16 columns; the hardware applies the XOR to the address it forms)
+//     stride byte offset (SBO) = 1024: from one 8-row group to the next
+//     leading byte offset (LBO): unused (16 columns never leave their panel)
+//   MN-major operand (the N values of a row are contiguous: V, whose rows are the K of P·V)
+//     start  = row k0 of panel 0 (a multiple of 16 rows: + 16 · 128 bytes per 16 rows)
+//     SBO = 1024: from one group of 8 K-rows to the next
+//     LBO = the panel size: from N columns 0-63 to 64-127
+//
+// Accumulators of m64nNk16, per thread of the warpgroup (w = warp in the group, 0..3, g = lane / 4,
+// t = lane % 4): N / 2 fp32 registers; register i holds row 16w + g + 8·((i / 2) % 2), column
+// 8·(i / 4) + 2t + i % 2. So each warp holds its own 16 rows exactly as mma.sync's 16×8 C
+// fragments (device/ptx/mma.h), one per 8 columns side by side: what the warp-tile vocabulary
+// calls an Acc. The A registers of the register form are likewise mma.sync's A fragment of the
+// warp's 16 rows.
+//
+//   rows 0-15   warp 0   | f0 | f1 | f2 | ... | f(N/8-1) |    f = one 16×8 fragment,
+//   rows 16-31  warp 1   | f0 | f1 | f2 | ... |          |        4 registers per lane
+//   rows 32-47  warp 2   |    ...                        |
+//   rows 48-63  warp 3   |    ...                        |
+//
+// Ordering (the lesson of step 11 explains each):
+//   wgmma_fence()     before the first wgmma that reads accumulator or A registers this thread
+//                     wrote otherwise (the softmax writes P, the rescale writes O)
+//   wgmma_commit()    closes the wgmmas issued so far into a group
+//   wgmma_wait<N>()   waits until at most N groups are in flight: only then are their
+//                     accumulators valid, and their shared operands free to be overwritten
+//   fence_proxy_async_shared()  after ordinary (generic-proxy) writes to shared memory that a
+//                     wgmma (the async proxy) reads next: cp.async copies included
+#pragma once
+
+#include <cstdint>
+
+#include "device/mask.h"  // FA_HD
+
+namespace fa::ptx {
+
+/// Where accumulator register i of thread `tid` (0..127 in the warpgroup) sits in the 64×N tile.
+FA_HD int wgmma_c_row(int tid, int i) {
+  return 16 * (tid / 32) + (tid % 32) / 4 + 8 * ((i / 2) % 2);
+}
+FA_HD int wgmma_c_col(int tid, int i) {
+  return 8 * (i / 4) + 2 * (tid % 4) + i % 2;
+}
+
+/// A matrix descriptor for a bf16 operand in the 128-byte swizzle at shared address `smem_addr`.
+/// Fields: start address >> 4 (bits 0-13), leading byte offset >> 4 (bits 16-29), stride byte
+/// offset >> 4 (bits 32-45), base offset 0 (bits 49-51: the atoms are 1024-byte aligned), layout
+/// (bits 62-63: 1 = 128-byte swizzle).
+FA_HD uint64_t smem_desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return uint64_t((smem_addr & 0x3FFFF) >> 4) | (uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16) |
+         (uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+}
+/// The K-major descriptor (LBO unused: 1 by convention; SBO 1024 bytes between 8-row groups).
+FA_HD uint64_t smem_desc_k_major(uint32_t smem_addr) {
+  return smem_desc_sw128(smem_addr, 16, 1024);
+}
+/// The MN-major descriptor, with `panel_bytes` between the 64-column panels along N.
+FA_HD uint64_t smem_desc_mn_major(uint32_t smem_addr, uint32_t panel_bytes) {
+  return smem_desc_sw128(smem_addr, panel_bytes, 1024);
+}
+
+#if defined(__CUDACC__)
+
+// The instructions exist in sm_90a code only. Compiled for another target (sm_80, plain sm_90),
+// a wrapper traps instead, so that a file including this header by mistake still builds, and
+// fails loudly if it ever runs; the Hopper steps are built for sm_90a alone (their step.cmake).
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FA_SM90A_ASM(...) __trap()
+#else
+#define FA_SM90A_ASM(...) asm volatile(__VA_ARGS__)
+#endif
+
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  FA_SM90A_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+  FA_SM90A_ASM("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  FA_SM90A_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  FA_SM90A_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/// Tells the compiler that the accumulators `d` are written by a wgmma still in flight: no read
+/// or write of them may be moved across this point (it emits no instruction).
+template <int F>
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[F][4]) {
+#pragma unroll
+  for (int f = 0; f < F; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[f][e])::"memory");
+}
+
+/// d (64 × N fp32, N / 2 registers per thread as N / 8 fragments of 4) = A·B (+ d when
+/// `accumulate`): A 64×16 and B 16×N, both K-major bf16 in shared memory, given by descriptors.
+template <int N>
+__device__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate);
+/// The same with A (64×16 bf16, mma.sync's A fragment per warp) in registers and B MN-major.
+template <int N>
+__device__ void wgmma_rs_mn(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate);
+
+template <>
+__device__ __forceinline__ void wgmma_ss<64>(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  FA_SM90A_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs_mn<64>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
+  FA_SM90A_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_ss<128>(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  FA_SM90A_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs_mn<128>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
+  FA_SM90A_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+}
+
+#endif  // __CUDACC__
+
+}  // namespace fa::ptx

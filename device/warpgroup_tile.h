@@ -1,0 +1,89 @@
+// The warpgroup operations of the vocabulary (Hopper, sm_90a): Q·Kᵀ and P·V as wgmma, issued by
+// the four warps of a warpgroup together for its 64 query rows.
+//
+//   wgmma_begin(s);                                   order the registers' earlier writes first
+//   mma_qk_async(s, q_tile, wg_row0, k_tile);         S = Q·Kᵀ        (64, BLOCK_N) per warpgroup
+//   ptx::wgmma_commit();  wait_for<0>(s);             S is ready
+//   ... the softmax of device/warp_tile.h, per warp on its 16 rows ...
+//   wgmma_begin(o_i, p);
+//   mma_pv_async(o_i, p, v_tile);                     O += P·V        (64, HEAD_DIM) per warpgroup
+//   ptx::wgmma_commit();  wait_for<0>(o_i);
+//
+// The point of the design: a warpgroup's wgmma accumulator is, warp by warp, exactly the Acc of
+// the warp's own 16 rows (device/ptx/wgmma.h), and the A registers of P·V are exactly the warp's
+// FragA. So every softmax operation of the warp-tile vocabulary (row_max, exp2_rows, rescale,
+// to_bf16, store_rows, ...) works unchanged on what wgmma produces; only the two products change.
+//
+// Shared tiles are WgmmaLayout (device/smem_tile.h), each starting at a 1024-byte boundary. Q and
+// K are K-major operands (their rows run along the head dim, the K of Q·Kᵀ); V is MN-major (its
+// rows run along the keys, the K of P·V, and a row's HEAD_DIM values are contiguous).
+#pragma once
+
+#include <cstdint>
+
+#include "device/ptx/wgmma.h"
+#include "device/smem_tile.h"
+#include "device/warp_tile.h"
+
+namespace fa::tile {
+
+#if defined(__CUDACC__)
+
+template <int COLS>
+__device__ __forceinline__ void fence_operand(Acc<COLS>& t) {
+  ptx::wgmma_fence_operands(t.c);
+}
+template <int K>
+__device__ __forceinline__ void fence_operand(FragA<K>& t) {
+#pragma unroll
+  for (int f = 0; f < K / 16; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(t.a[f][e])::"memory");
+}
+
+/// Before a wgmma: the compiler finishes every ordinary write of these registers (the softmax's
+/// P, the rescale's O) first, then wgmma.fence orders them before the tensor cores read them.
+template <typename... Tiles>
+__device__ __forceinline__ void wgmma_begin(Tiles&... tiles) {
+  (fence_operand(tiles), ...);
+  ptx::wgmma_fence();
+}
+
+/// Waits until at most IN_FLIGHT committed wgmma groups are still running, and keeps every
+/// ordinary read or write of these accumulators after the wait (registers are not memory: without
+/// the operand fence the compiler could move a read of S above wgmma.wait_group).
+template <int IN_FLIGHT, typename... Tiles>
+__device__ __forceinline__ void wait_for(Tiles&... tiles) {
+  ptx::wgmma_wait<IN_FLIGHT>();
+  (fence_operand(tiles), ...);
+}
+
+/// S = Q·Kᵀ for the warpgroup's 64 query rows [wg_row0, wg_row0 + 64) of `q_tile` (wg_row0 a
+/// multiple of 64) and the N keys of `k_tile`: D / 16 wgmmas, one per 16 head dims. Issued, not
+/// waited for; S needs no zeros first (the first wgmma does not accumulate).
+template <int D, int N, int QROWS>
+__device__ __forceinline__ void mma_qk_async(Acc<N>& s, SmemTile<QROWS, WgmmaLayout<QROWS, D>> q_tile, int wg_row0,
+                                             SmemTile<N, WgmmaLayout<N, D>> k_tile) {
+  const uint32_t q = q_tile.addr() + uint32_t(wg_row0) * 128, k = k_tile.addr();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    // 16 head dims: panel kk / 4, and 32 bytes further along its 128-byte rows per step inside it.
+    const uint32_t panel = kk / 4, step = (kk % 4) * 32;
+    ptx::wgmma_ss<N>(s.c, ptx::smem_desc_k_major(q + panel * QROWS * 128 + step),
+                     ptx::smem_desc_k_major(k + panel * N * 128 + step), kk > 0);
+  }
+}
+
+/// O += P·V for the warpgroup's 64 rows: P (64, N) in registers, one FragA per warp, and the N
+/// value rows of `v_tile`: N / 16 wgmmas, one per 16 keys (16 rows of 128 bytes further down).
+template <int D, int N>
+__device__ __forceinline__ void mma_pv_async(Acc<D>& o, const FragA<N>& p, SmemTile<N, WgmmaLayout<N, D>> v_tile) {
+  const uint32_t v = v_tile.addr();
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk)
+    ptx::wgmma_rs_mn<D>(o.c, p.a[kk], ptx::smem_desc_mn_major(v + kk * 16 * 128, N * 128), true);
+}
+
+#endif  // __CUDACC__
+
+}  // namespace fa::tile

@@ -1,0 +1,178 @@
+// The wgmma operations of device/warpgroup_tile.h against a CPU product, on the tiles and
+// shapes step 11 uses. Two warpgroups (256 threads) each compute their 64 rows:
+//   QK: S = Q·Kᵀ, Q (128, D) and K (N, D) in WgmmaLayout tiles (K-major descriptors);
+//   PV: O = O0 + P·V, P (128, N) in registers as each warp's FragA, V (N, D) MN-major.
+// Every thread writes each accumulator element where the warp-tile layout says it belongs
+// (mma_c_row / mma_c_col of its warp's 16 rows). A wrong descriptor field (LBO, SBO, swizzle),
+// a wrong K step, a wrong panel offset or a wrong accumulator layout puts values in the wrong
+// place and fails by position; D = 128 and N = 128 are there for the second 64-column panel.
+#include <cuda_bf16.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "device/warpgroup_tile.h"
+#include "harness/cuda_check.h"
+#include "harness/device_buffer.h"
+#include "tests/gpu/step_suite.h"
+
+namespace fa {
+namespace {
+
+using namespace fa::tile;
+constexpr int kRows = 128, kThreads = 256;
+
+template <int D, int N>
+constexpr int smem_bytes() {
+  return 1024 + 2 * (kRows * D + N * D);
+}
+
+__device__ uint32_t aligned_1024(const void* p) {
+  return (uint32_t(__cvta_generic_to_shared(p)) + 1023u) & ~1023u;
+}
+
+// out (128, N) fp32 = Q·Kᵀ.
+template <int D, int N>
+__global__ void qk_kernel(const bf16* q, const bf16* k, float* out) {
+  extern __shared__ uint4 smem[];
+  bf16* base = reinterpret_cast<bf16*>(smem) + (aligned_1024(smem) - uint32_t(__cvta_generic_to_shared(smem))) / 2;
+  const SmemTile<kRows, WgmmaLayout<kRows, D>> q_tile{base};
+  const SmemTile<N, WgmmaLayout<N, D>> k_tile{base + kRows * D};
+  load_tile<kThreads>(q_tile, q, D, kRows);
+  load_tile<kThreads>(k_tile, k, D, N);
+  ptx::fence_proxy_async_shared();  // ordinary stores, read next by the tensor cores
+  __syncthreads();
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  Acc<N> s;
+  wgmma_begin(s);
+  mma_qk_async(s, q_tile, 64 * (warp / 4), k_tile);
+  ptx::wgmma_commit();
+  wait_for<0>(s);
+  for (int f = 0; f < N / 8; ++f)
+    for (int e = 0; e < 4; ++e)
+      out[(16 * warp + ptx::mma_c_row(lane, e)) * N + 8 * f + ptx::mma_c_col(lane, e)] = s.c[f][e];
+}
+
+// out (128, D) fp32 = o0 + P·V, P read from global memory into each warp's FragA.
+template <int D, int N>
+__global__ void pv_kernel(const float* p_in, const bf16* v, const float* o0, float* out) {
+  extern __shared__ uint4 smem[];
+  bf16* base = reinterpret_cast<bf16*>(smem) + (aligned_1024(smem) - uint32_t(__cvta_generic_to_shared(smem))) / 2;
+  const SmemTile<N, WgmmaLayout<N, D>> v_tile{base};
+  load_tile<kThreads>(v_tile, v, D, N);
+  ptx::fence_proxy_async_shared();
+  __syncthreads();
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  auto at = [&](int f, int e, int cols) { return (16 * warp + ptx::mma_c_row(lane, e)) * cols + 8 * f + ptx::mma_c_col(lane, e); };
+  Acc<N> p_f;
+  for (int f = 0; f < N / 8; ++f)
+    for (int e = 0; e < 4; ++e) p_f.c[f][e] = p_in[at(f, e, N)];
+  FragA<N> p = to_bf16(p_f);
+  Acc<D> o;
+  for (int f = 0; f < D / 8; ++f)
+    for (int e = 0; e < 4; ++e) o.c[f][e] = o0[at(f, e, D)];
+  wgmma_begin(o, p);
+  mma_pv_async(o, p, v_tile);
+  ptx::wgmma_commit();
+  wait_for<0>(o);
+  for (int f = 0; f < D / 8; ++f)
+    for (int e = 0; e < 4; ++e) out[at(f, e, D)] = o.c[f][e];
+}
+
+float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16(x));
+}
+
+bool hopper(std::string* why) {
+  int major = 0, minor = 0;
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  *why = "wgmma needs compute capability 9.0 (this GPU is " + std::to_string(major) + "." + std::to_string(minor) +
+         "): NOT RUN";
+  return major == 9 && minor == 0;
+}
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = round_bf16(dist(gen));  // exact in bf16: the CPU sees what the GPU sees
+  return x;
+}
+
+std::vector<bf16> to_device_bf16(const std::vector<float>& x) {
+  std::vector<bf16> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = __float2bfloat16(x[i]);
+  return y;
+}
+
+template <int D, int N>
+void check_qk() {
+  FA_REQUIRE_GPU();
+  std::string why;
+  if (!hopper(&why)) GTEST_SKIP() << why;
+  const std::vector<float> q = random_values(kRows * D, 11 + D + N), k = random_values(N * D, 23 + D + N);
+  DeviceBuffer<bf16> dq(q.size()), dk(k.size());
+  DeviceBuffer<float> dout(kRows * N);
+  dq.upload(to_device_bf16(q));
+  dk.upload(to_device_bf16(k));
+  dout.poison();
+  FA_CUDA_CHECK(cudaFuncSetAttribute(qk_kernel<D, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, N>()));
+  qk_kernel<D, N><<<1, kThreads, smem_bytes<D, N>()>>>(dq.get(), dk.get(), dout.get());
+  FA_CUDA_CHECK(cudaGetLastError());
+  const std::vector<float> out = dout.download();
+  for (int m = 0; m < kRows; ++m)
+    for (int n = 0; n < N; ++n) {
+      double want = 0, scale = 0;
+      for (int d = 0; d < D; ++d) {
+        want += double(q[m * D + d]) * k[n * D + d];
+        scale += std::fabs(double(q[m * D + d]) * k[n * D + d]);
+      }
+      ASSERT_NEAR(out[m * N + n], want, 1e-5 * scale + 1e-6) << "S[" << m << "][" << n << "]";
+    }
+}
+
+template <int D, int N>
+void check_pv() {
+  FA_REQUIRE_GPU();
+  std::string why;
+  if (!hopper(&why)) GTEST_SKIP() << why;
+  const std::vector<float> p = random_values(kRows * N, 31 + D + N), v = random_values(N * D, 37 + D + N),
+                           o0 = random_values(kRows * D, 41 + D + N);
+  DeviceBuffer<float> dp(p.size()), do0(o0.size()), dout(kRows * D);
+  DeviceBuffer<bf16> dv(v.size());
+  dp.upload(p);
+  do0.upload(o0);
+  dv.upload(to_device_bf16(v));
+  dout.poison();
+  FA_CUDA_CHECK(cudaFuncSetAttribute(pv_kernel<D, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, N>()));
+  pv_kernel<D, N><<<1, kThreads, smem_bytes<D, N>()>>>(dp.get(), dv.get(), do0.get(), dout.get());
+  FA_CUDA_CHECK(cudaGetLastError());
+  const std::vector<float> out = dout.download();
+  for (int m = 0; m < kRows; ++m)
+    for (int d = 0; d < D; ++d) {
+      double want = o0[m * D + d], scale = std::fabs(want);
+      for (int n = 0; n < N; ++n) {
+        want += double(p[m * N + n]) * v[n * D + d];
+        scale += std::fabs(double(p[m * N + n]) * v[n * D + d]);
+      }
+      ASSERT_NEAR(out[m * D + d], want, 1e-5 * scale + 1e-6) << "O[" << m << "][" << d << "]";
+    }
+}
+
+TEST(Wgmma, QkD64N64) { check_qk<64, 64>(); }
+TEST(Wgmma, QkD64N128) { check_qk<64, 128>(); }
+TEST(Wgmma, QkD128N64) { check_qk<128, 64>(); }
+TEST(Wgmma, QkD128N128) { check_qk<128, 128>(); }
+TEST(Wgmma, PvD64N64) { check_pv<64, 64>(); }
+TEST(Wgmma, PvD64N128) { check_pv<64, 128>(); }
+TEST(Wgmma, PvD128N64) { check_pv<128, 64>(); }
+TEST(Wgmma, PvD128N128) { check_pv<128, 128>(); }
+
+}  // namespace
+}  // namespace fa
