@@ -79,7 +79,7 @@ function(fa_step_test_executable target step_target nn)
 endfunction()
 
 # fa_step(<NN> <name> [BASE <NN>] [ARCH <architectures>]
-#         [STATIC [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...]
+#         [STATIC [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...] [MAX_COUNT <INS:N>...]
 #                 [HMMA_PER_KV_TILE <BLOCK_N>] [KERNEL <regex>]]
 #         [CASES "<case>=<fa2 run arguments>"...] [TESTS_FROM <NN>...])
 # The one call in steps/NN_name/step.cmake. It builds attention.cu into fa_stepNN (an object
@@ -98,7 +98,7 @@ endfunction()
 # BASE is the step this one grows from: scripts/diff_steps.sh NN diffs against it. TESTS_FROM lists
 # earlier steps whose own tests (steps/NN_name/tests/) this step's test program also runs.
 function(fa_step nn name)
-  cmake_parse_arguments(A "STATIC" "BASE;ARCH;KERNEL;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;CASES;TESTS_FROM" ${ARGN})
+  cmake_parse_arguments(A "STATIC" "BASE;ARCH;KERNEL;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;MAX_COUNT;CASES;TESTS_FROM" ${ARGN})
   set(dir ${FA_STEPS_DIR}/${nn}_${name})
   if(A_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "fa_step(${nn} ${name}): unexpected arguments '${A_UNPARSED_ARGUMENTS}'")
@@ -167,7 +167,7 @@ function(fa_step nn name)
 
   # The SASS check: always "no local memory"; the step's STATIC rules on top.
   set(static_args)
-  foreach(kw REQUIRE FORBID MIN_COUNT HMMA_PER_KV_TILE)
+  foreach(kw REQUIRE FORBID MIN_COUNT MAX_COUNT HMMA_PER_KV_TILE)
     if(A_${kw})
       list(APPEND static_args ${kw} ${A_${kw}})
     endif()

@@ -84,8 +84,8 @@ struct WgmmaLayout {
   static constexpr int kCols = COLS;
   static constexpr int kRows = ROWS;
   static constexpr int kPanelElems = ROWS * 64;  // one (ROWS, 64) panel
-  static constexpr int kRowElems = COLS;          // a tile of r rows holds r · COLS elements
-  static constexpr int kRowPitch = 64;            // one row down, inside a panel
+  static constexpr int kRowElems = COLS;         // a tile of r rows holds r · COLS elements
+  static constexpr int kRowPitch = 64;           // one row down, inside a panel
   FA_HD static int offset(int row, int col) {
     return (col / 64) * kPanelElems + ptx::swizzled_offset(row, col % 64, 64);
   }
@@ -103,7 +103,8 @@ using bf16 = __nv_bfloat16;
 /// The first 1024-byte boundary at or after `smem` (dynamic shared memory is only 16-byte aligned).
 __device__ __forceinline__ bf16* aligned_for_wgmma(void* smem) {
   const uint32_t addr = uint32_t(__cvta_generic_to_shared(smem));
-  return reinterpret_cast<bf16*>(static_cast<char*>(smem) + (kWgmmaAlignment - addr % kWgmmaAlignment) % kWgmmaAlignment);
+  return reinterpret_cast<bf16*>(static_cast<char*>(smem) +
+                                 (kWgmmaAlignment - addr % kWgmmaAlignment) % kWgmmaAlignment);
 }
 
 /// A (ROWS, Layout::kCols) bf16 tile in shared memory: a pointer to its element (0, 0) and the

@@ -134,8 +134,8 @@ Status check_device(const Capabilities& caps) {
   if (major * 10 + minor != caps.only_sm)
     return Status::Unsupported("this step's kernels are built for compute capability " +
                                std::to_string(caps.only_sm / 10) + "." + std::to_string(caps.only_sm % 10) +
-                               " only (sm_" + std::to_string(caps.only_sm) +
-                               "a: H100, H200); this GPU is " + std::to_string(major) + "." + std::to_string(minor));
+                               " only (sm_" + std::to_string(caps.only_sm) + "a: H100, H200); this GPU is " +
+                               std::to_string(major) + "." + std::to_string(minor));
   return Status::Ok();
 }
 

@@ -38,6 +38,8 @@ REQUIRED = [
     "no-max-subtraction", "batch-head-swapped", "ragged-store", "lse-is-m", "kv-tail-not-zeroed",
     # Part II
     "row-tile-offset", "lazy-rescale-stale-state", "grid-y-limit",
+    # Part III
+    "wgmma-read-before-wait", "missing-proxy-fence",
 ]
 
 PATCH_RE = re.compile(r"steps/(\d\d)_\w+/bugs/[\w-]+\.patch")

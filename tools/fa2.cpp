@@ -4,6 +4,7 @@
 //   fa2 ladder [options]           fa2 bench's preset: every step on one shape, side by side
 //   fa2 run --step NN [shape]      one step on one shape; exit 0 when it matches the reference,
 //                                  3 when it does not, 2 on bad input, 77 without a GPU
+//                                  (or on a GPU the step is not built for)
 #include <cstdio>
 #include <exception>
 #include <iostream>

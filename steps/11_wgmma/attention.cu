@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   using QLayout = WgmmaLayout<BLOCK_M, HEAD_DIM>;
   using KVLayout = WgmmaLayout<BLOCK_N, HEAD_DIM>;
   extern __shared__ uint4 smem[];  // 16-byte aligned; wgmma's swizzle atoms need 1024 (below)
-  const SmemTile<BLOCK_M, QLayout> q_tile{aligned_for_wgmma(smem)};                  // (BLOCK_M, HEAD_DIM)
+  const SmemTile<BLOCK_M, QLayout> q_tile{aligned_for_wgmma(smem)};                       // (BLOCK_M, HEAD_DIM)
   const SmemTile<BLOCK_N, KVLayout> kv_tiles{q_tile.ptr + BLOCK_M * QLayout::kRowElems};  // STAGES × [K, then V]
 
   const int warp = int(threadIdx.x) / 32;
@@ -118,23 +118,23 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     if (stage < n_blocks) load_kv(stage);
     cp_async_commit();  // an empty group is fine: it keeps the group count the same everywhere
   }
-  cp_async_wait<STAGES - 1>();       // the oldest group, Q, has landed (K/V may still be in flight)
+  cp_async_wait<STAGES - 1>();      // the oldest group, Q, has landed (K/V may still be in flight)
   ptx::fence_proxy_async_shared();  // ... visible to the tensor cores' reads
-  __syncthreads();                   // ... for every thread's copies
+  __syncthreads();                  // ... for every thread's copies
 
   // ---- init state: each lane holds rows g and g + 8 of the warp's 16 rows (device/warp_tile.h),
   // also where the warpgroup's wgmma puts them.
   Acc<HEAD_DIM> o_i = zeros<HEAD_DIM>();  // (16, HEAD_DIM) fp32, unnormalised output
-  Rows m_i = rows(-INFINITY);              // running row max, in raw score units (fp32)
-  Rows l_i = rows(0.0f);                   // running row sum over THIS lane's columns (fp32);
-                                           // the 4 lanes of a row are summed once, at the end
+  Rows m_i = rows(-INFINITY);             // running row max, in raw score units (fp32)
+  Rows l_i = rows(0.0f);                  // running row sum over THIS lane's columns (fp32);
+                                          // the 4 lanes of a row are summed once, at the end
 
   // ---- KV loop
   for (int n_block = 0; n_block < n_blocks; ++n_block) {
     const int n_start = n_block * BLOCK_N;
-    cp_async_wait<STAGES - 2>();       // tile n_block has landed (this thread's copies)
+    cp_async_wait<STAGES - 2>();      // tile n_block has landed (this thread's copies)
     ptx::fence_proxy_async_shared();  // ... for the tensor cores
-    __syncthreads();  // everyone's copies; and every warpgroup's wgmmas on tile n_block-1 are done
+    __syncthreads();                  // everyone's copies; and every warpgroup's wgmmas on tile n_block-1 are done
     if (n_block + STAGES - 1 < n_blocks) load_kv(n_block + STAGES - 1);  // into the slot just freed
     cp_async_commit();
     const SmemTile<BLOCK_N, KVLayout> k_tile = k_tile_of(n_block), v_tile = v_tile_of(n_block);
@@ -219,9 +219,9 @@ tuner::KernelConfig config() {
 // shape measurably wins with it.
 const tuner::Tuner kTuner(11, FA_BUILD_ID,
                           {
-                              config<64, Config<128, 128, 2>>(),  // one wgmma n128 per 16 dims of Q·Kᵀ
-                              config<64, Config<128, 64, 3>>(),   // half the score registers, 3 tiles in flight
-                              config<64, Config<128, 64, 2>>(),   // ... double-buffered
+                              config<64, Config<128, 128, 2>>(),   // one wgmma n128 per 16 dims of Q·Kᵀ
+                              config<64, Config<128, 64, 3>>(),    // half the score registers, 3 tiles in flight
+                              config<64, Config<128, 64, 2>>(),    // ... double-buffered
                               config<128, Config<128, 128, 2>>(),  // the largest tile: 160 KiB of shared memory
                               config<128, Config<128, 64, 2>>(),   // half the score registers
                               config<128, Config<128, 64, 3>>(),   // three K/V tiles in flight

@@ -12,7 +12,8 @@
 #   Catalog: <entry id>               its entry in docs/bug_catalog.md
 #   Test: <gtest filter>              e.g.  Test: LargeLogits.*
 #   Args: <extra arguments>           optional, e.g. Args: --fa_large (the >2^31-element suite)
-#   Static: [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...] [HMMA_PER_KV_TILE <n>]
+#   Static: [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...] [MAX_COUNT <INS:N>...]
+#           [HMMA_PER_KV_TILE <n>]
 #           [KERNEL <regex>]
 #                                     a SASS check instead
 #   Symptom: fault                    optional: the bug is expected to fault (e.g. an out-of-bounds
@@ -58,14 +59,14 @@ function(fa_patch_step_number out patch)
 endfunction()
 
 function(fa_add_mutant nn bug)
-  cmake_parse_arguments(A "STATIC" "FILTER;KERNEL;PATCH;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;ARGS" ${ARGN})
+  cmake_parse_arguments(A "STATIC" "FILTER;KERNEL;PATCH;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;MAX_COUNT;ARGS" ${ARGN})
   set(patch ${A_PATCH})
   fa_patched_step(obj ${nn} mutant ${bug} ${patch})
   set(name bug.${nn}-${bug})
   set(runner bash ${CMAKE_SOURCE_DIR}/tests/bugs/run_mutant.sh ${name} ${patch})
   if(A_STATIC)
     set(args)
-    foreach(kw REQUIRE FORBID MIN_COUNT HMMA_PER_KV_TILE)
+    foreach(kw REQUIRE FORBID MIN_COUNT MAX_COUNT HMMA_PER_KV_TILE)
       if(A_${kw})
         list(APPEND args ${kw} ${A_${kw}})
       endif()

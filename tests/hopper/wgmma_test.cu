@@ -68,7 +68,9 @@ __global__ void pv_kernel(const float* p_in, const bf16* v, const float* o0, flo
   ptx::fence_proxy_async_shared();
   __syncthreads();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  auto at = [&](int f, int e, int cols) { return (16 * warp + ptx::mma_c_row(lane, e)) * cols + 8 * f + ptx::mma_c_col(lane, e); };
+  auto at = [&](int f, int e, int cols) {
+    return (16 * warp + ptx::mma_c_row(lane, e)) * cols + 8 * f + ptx::mma_c_col(lane, e);
+  };
   Acc<N> p_f;
   for (int f = 0; f < N / 8; ++f)
     for (int e = 0; e < 4; ++e) p_f.c[f][e] = p_in[at(f, e, N)];
@@ -165,14 +167,30 @@ void check_pv() {
     }
 }
 
-TEST(Wgmma, QkD64N64) { check_qk<64, 64>(); }
-TEST(Wgmma, QkD64N128) { check_qk<64, 128>(); }
-TEST(Wgmma, QkD128N64) { check_qk<128, 64>(); }
-TEST(Wgmma, QkD128N128) { check_qk<128, 128>(); }
-TEST(Wgmma, PvD64N64) { check_pv<64, 64>(); }
-TEST(Wgmma, PvD64N128) { check_pv<64, 128>(); }
-TEST(Wgmma, PvD128N64) { check_pv<128, 64>(); }
-TEST(Wgmma, PvD128N128) { check_pv<128, 128>(); }
+TEST(Wgmma, QkD64N64) {
+  check_qk<64, 64>();
+}
+TEST(Wgmma, QkD64N128) {
+  check_qk<64, 128>();
+}
+TEST(Wgmma, QkD128N64) {
+  check_qk<128, 64>();
+}
+TEST(Wgmma, QkD128N128) {
+  check_qk<128, 128>();
+}
+TEST(Wgmma, PvD64N64) {
+  check_pv<64, 64>();
+}
+TEST(Wgmma, PvD64N128) {
+  check_pv<64, 128>();
+}
+TEST(Wgmma, PvD128N64) {
+  check_pv<128, 64>();
+}
+TEST(Wgmma, PvD128N128) {
+  check_pv<128, 128>();
+}
 
 }  // namespace
 }  // namespace fa

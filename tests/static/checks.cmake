@@ -14,12 +14,13 @@ add_executable(fa_sass_check ${CMAKE_SOURCE_DIR}/tests/static/sass_check.cpp)
 target_link_libraries(fa_sass_check PRIVATE GTest::gtest)
 
 # fa_sass_check_command(<out-var> <objects target> [REQUIRE <ins>...] [FORBID <ins>...]
-#                       [MIN_COUNT <INS:N>...] [HMMA_PER_KV_TILE <BLOCK_N>] [KERNEL <regex>])
-# Every kernel is checked for local memory (spills); REQUIRE, FORBID, MIN_COUNT and HMMA_PER_KV_TILE
+#                       [MIN_COUNT <INS:N>...] [MAX_COUNT <INS:N>...] [HMMA_PER_KV_TILE <BLOCK_N>]
+#                       [KERNEL <regex>])
+# Every kernel is checked for local memory (spills); REQUIRE, FORBID, MIN_COUNT, MAX_COUNT and HMMA_PER_KV_TILE
 # (each kernel has the 2·(D/16)·(BLOCK_N/8) HMMA of one K/V tile; BLOCK_N for kernels whose name
 # has no Config) apply to the kernels whose name matches KERNEL (all of them by default).
 function(fa_sass_check_command out target)
-  cmake_parse_arguments(A "" "KERNEL;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT" ${ARGN})
+  cmake_parse_arguments(A "" "KERNEL;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;MAX_COUNT" ${ARGN})
   if(A_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "static check of ${target}: unexpected arguments '${A_UNPARSED_ARGUMENTS}'")
   endif()
@@ -32,6 +33,9 @@ function(fa_sass_check_command out target)
   endforeach()
   foreach(r IN LISTS A_MIN_COUNT)
     list(APPEND cmd --min-count=${r})
+  endforeach()
+  foreach(r IN LISTS A_MAX_COUNT)
+    list(APPEND cmd --max-count=${r})
   endforeach()
   if(A_HMMA_PER_KV_TILE)
     list(APPEND cmd --hmma-per-kv-tile=${A_HMMA_PER_KV_TILE})

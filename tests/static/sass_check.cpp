@@ -1,13 +1,17 @@
 // Static checks of compiled kernels, read from the object file with cuobjdump (no GPU needed).
 //   fa_sass_check --object=<file.o> --cuobjdump=<path> [--require=HMMA ...] [--forbid=LDGSTS ...]
-//                 [--kernel=<regex>] [--min-count=HMMA:64 ...] [--hmma-per-kv-tile=<BLOCK_N>]
+//                 [--kernel=<regex>] [--min-count=HMMA:64 ...] [--max-count=WARPGROUP.ARRIVE:2 ...]
+//                 [--hmma-per-kv-tile=<BLOCK_N>]
 // Tests: the object holds kernels; no kernel uses local memory (no spills, no stack arrays:
 // LDL/STL in SASS, LOCAL/STACK in the resource report); every --require'd instruction appears in
 // the kernels matching --kernel, for every architecture in the object; every --min-count'ed
 // instruction appears at least that many times in EACH kernel matching --kernel (e.g. a kernel
 // that does both Q·Kᵀ and P·V on tensor cores has at least twice the HMMAs of one of them); no
 // instruction named by --forbid appears in a kernel matching --kernel (a step that has not
-// taught cp.async yet must not use it: the lesson that adds it is then the diff that adds it).
+// taught cp.async yet must not use it: the lesson that adds it is then the diff that adds it);
+// every --max-count'ed instruction appears at most that many times in each kernel matching
+// --kernel (a wgmma kernel has one WARPGROUP.ARRIVE per group of wgmmas it issues: more means the
+// compiler serialised the wgmmas, waiting after each one).
 // --hmma-per-kv-tile: each kernel matching --kernel has at least the HMMAs one K/V tile needs with
 // both matmuls on tensor cores, 2·(D/16)·(BLOCK_N/8) for one warp's 16 rows (Q·Kᵀ: D/16 k-steps
 // × BLOCK_N/8 key fragments; P·V: BLOCK_N/16 k-steps × D/8 dim fragments, the same number). D
@@ -34,6 +38,7 @@ struct Options {
   std::vector<std::string> require;
   std::vector<std::string> forbid;
   std::vector<std::pair<std::string, int>> min_count;
+  std::vector<std::pair<std::string, int>> max_count;
   std::string kernel = ".*";
   int hmma_block_n = 0;    // --hmma-per-kv-tile: the BLOCK_N of kernels without a Config (0: rule off)
   int hmma_row_tiles = 1;  // ... and the 16-row mma tiles each warp owns (step 09 on: 2)
@@ -198,6 +203,21 @@ TEST(Sass, MinimumInstructionCounts) {
     }
 }
 
+TEST(Sass, MaximumInstructionCounts) {
+  if (g_opt.max_count.empty()) {
+    std::cout << "  (no instruction count limits for this step)\n";
+    return;
+  }
+  const std::vector<const Kernel*> kernels = matching_kernels();
+  ASSERT_FALSE(kernels.empty()) << "no kernel matches --kernel=" << g_opt.kernel;
+  for (const Kernel* k : kernels)
+    for (const auto& [ins, n] : g_opt.max_count) {
+      const int got = count_instruction(k->sass, ins);
+      std::cout << "  " << k->arch << " " << k->name << ": " << got << " " << ins << "\n";
+      EXPECT_LE(got, n) << k->arch << " " << k->name << " has " << got << " " << ins << ", expected at most " << n;
+    }
+}
+
 // 2·(D/16)·(BLOCK_N/8) from a mangled attention_kernel<D, Config<BLOCK_M, BLOCK_N, ...>> name;
 // 0 if the name has no head dim.
 int hmma_per_kv_tile(const std::string& name, int default_block_n) {
@@ -248,14 +268,16 @@ int main(int argc, char** argv) {
       const size_t colon = spec.find(':');
       g_opt.hmma_block_n = std::stoi(spec.substr(0, colon));
       if (colon != std::string::npos) g_opt.hmma_row_tiles = std::stoi(spec.substr(colon + 1));
-    } else if (a.rfind("--min-count=", 0) == 0) {
-      const std::string spec = val("--min-count=");
+    } else if (a.rfind("--min-count=", 0) == 0 || a.rfind("--max-count=", 0) == 0) {
+      const bool min = a.rfind("--min-count=", 0) == 0;
+      const std::string spec = val("--min-count=");  // both prefixes are 12 characters long
       const size_t colon = spec.find(':');
       if (colon == std::string::npos) {
-        std::fprintf(stderr, "fa_sass_check: --min-count wants INSTRUCTION:N, got %s\n", spec.c_str());
+        std::fprintf(stderr, "fa_sass_check: %s wants INSTRUCTION:N, got %s\n", min ? "--min-count" : "--max-count",
+                     spec.c_str());
         return 2;
       }
-      g_opt.min_count.emplace_back(spec.substr(0, colon), std::stoi(spec.substr(colon + 1)));
+      (min ? g_opt.min_count : g_opt.max_count).emplace_back(spec.substr(0, colon), std::stoi(spec.substr(colon + 1)));
     } else {
       std::fprintf(stderr, "fa_sass_check: unknown argument %s\n", a.c_str());
       return 2;
