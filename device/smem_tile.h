@@ -23,13 +23,17 @@
 //                         same XOR inside each row. For COLS = 64 it is SwizzledLayout<64>. Step 11.
 //
 // Every layout also says `kRowPitch`: how many elements one row down is, at a fixed column.
-// And two ways to fill a tile, both zero-filling rows at and past `valid_rows` (a ragged last
+// And three ways to fill a tile, all zero-filling rows past the tensor's end (a ragged last
 // tile holds zeros: never stale data, never the NaN that 0 × NaN would spread through P·V):
 //
 //   load_tile        16-byte loads into registers, then 16-byte shared stores. The block must
 //                    wait for them (a __syncthreads) before anyone reads the tile. Step 04.
 //   load_tile_async  cp.async: the copy runs in the background while the block computes; the
 //                    caller commits and waits on groups (device/ptx/cp_async.h). Step 08.
+//   load_tile_tma    the copy engine: ONE thread issues a copy per 64-column panel of a
+//                    WgmmaLayout tile, and an mbarrier says when the bytes have landed
+//                    (device/ptx/tma.h, library/tma.h). Rows past N come from the tensor map's
+//                    bounds, not from a `valid_rows`. Step 12.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +41,7 @@
 #include "device/mask.h"  // FA_HD
 #include "device/ptx/cp_async.h"
 #include "device/ptx/swizzle.h"
+#include "device/ptx/tma.h"
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
@@ -170,6 +175,18 @@ __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, con
     const bf16* g = src + (valid ? row * stride + col : 0);
     ptx::cp_async_16(smem0 + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2, g, valid);
   }
+}
+
+/// Rows [row, row + ROWS) of head `head`, batch `batch` of the tensor that `map` describes (a
+/// library/tma.h map with boxes of ROWS rows), into a WgmmaLayout tile by the copy engine: one
+/// box per 64-column panel, all completing on the mbarrier at `bar`, which must expect
+/// ROWS · COLS · 2 bytes. Called by one thread.
+template <int ROWS, int COLS>
+__device__ __forceinline__ void load_tile_tma(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>> tile, const void* map, int row,
+                                              int head, int batch, uint32_t bar) {
+#pragma unroll
+  for (int panel = 0; panel < COLS / 64; ++panel)
+    ptx::tma_load_4d(tile.addr() + panel * ROWS * 128, map, panel * 64, row, head, batch, bar);
 }
 
 #endif  // __CUDACC__

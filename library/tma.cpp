@@ -1,0 +1,60 @@
+// Tensor maps for the tensor memory accelerator (library/tma.h).
+#include "library/tma.h"
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <string>
+
+namespace fa {
+namespace {
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's cuTensorMapEncodeTiled, looked up once (nullptr if the driver has none).
+EncodeTiled encode_tiled() {
+  static EncodeTiled fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) ==
+            cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<EncodeTiled>(p);
+    cudaGetLastError();  // leave no sticky error behind
+  });
+  return fn;
+}
+
+}  // namespace
+
+Status make_tile_map(CUtensorMap* map, const char* what, const void* base, int64_t batch, int64_t heads, int64_t seqlen,
+                     int64_t head_dim, const Strides& strides, int box_rows) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr)
+    return Status::Unsupported("the CUDA driver offers no cuTensorMapEncodeTiled (TMA needs driver >= 12.0)");
+  // Innermost first: (D, N, H, B). Strides in bytes for dims 1..3; a dimension of size 1 is
+  // never stepped along, so any legal stride does (16, the smallest, stands in for its own).
+  const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(seqlen), cuuint64_t(heads), cuuint64_t(batch)};
+  const int64_t elem_strides[3] = {strides.seq, strides.head, strides.batch};
+  cuuint64_t byte_strides[3];
+  for (int i = 0; i < 3; ++i) byte_strides[i] = dims[i + 1] == 1 ? 16 : cuuint64_t(elem_strides[i]) * 2;
+  const cuuint32_t box[4] = {cuuint32_t(kTmaBoxCols), cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, byte_strides, box,
+                            unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Status::Unsupported(
+        std::string("TMA cannot describe ") + what + " (sizes B=" + std::to_string(batch) +
+        " H=" + std::to_string(heads) + " N=" + std::to_string(seqlen) + " D=" + std::to_string(head_dim) +
+        ", element strides batch=" + std::to_string(strides.batch) + " head=" + std::to_string(strides.head) +
+        " seq=" + std::to_string(strides.seq) + "; error " + std::to_string(int(r)) +
+        "): strides must be non-zero multiples of 8 elements below 2^39");
+  return Status::Ok();
+}
+
+}  // namespace fa

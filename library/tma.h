@@ -1,0 +1,36 @@
+// Tensor maps for the tensor memory accelerator (TMA), the copy engine of Hopper (host code).
+//
+// A tensor map is a 128-byte descriptor of a tensor in global memory: its base address, sizes and
+// strides, the box one copy moves, the shared-memory swizzle the box lands in, and what fills the
+// positions outside the tensor. The launcher builds it on the host (the driver's
+// cuTensorMapEncodeTiled, found at run time through the CUDA runtime, so nothing links libcuda) and
+// passes it to the kernel by value as a `const __grid_constant__ CUtensorMap`; one thread then
+// moves a whole tile with one instruction (device/ptx/tma.h).
+//
+// The course's maps: a (B, H, N, D) bf16 tensor with any element strides the validation accepts
+// (rows 16-byte aligned), as a 4-D map with dims (D, N, H, B) innermost first. One box is
+// (rows, 64): 64 bf16 = 128 bytes, one panel of WgmmaLayout (device/smem_tile.h), landing in the
+// 128-byte swizzle that wgmma reads; a D = 128 tile is two boxes. Rows at and past N lie outside
+// the tensor and arrive as zeros: a ragged last tile needs no mask on its loads, and never reads
+// the next head's rows.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (the type only; the function is looked up at run time)
+
+#include <cstdint>
+
+#include "fa/params.h"
+
+namespace fa {
+
+/// Columns of one box: one 128-byte swizzle panel of bf16.
+constexpr int kTmaBoxCols = 64;
+
+/// Fills `map` for the (batch, heads, seqlen, head_dim) bf16 tensor at `base` with element strides
+/// `strides`, read in boxes of (box_rows, 64) in the 128-byte swizzle. Returns an error that names
+/// the tensor (`what`) when the driver cannot be reached or cannot describe it (e.g. a stride
+/// of 0 on a dimension longer than 1: a broadcast, which TMA does not express).
+Status make_tile_map(CUtensorMap* map, const char* what, const void* base, int64_t batch, int64_t heads, int64_t seqlen,
+                     int64_t head_dim, const Strides& strides, int box_rows);
+
+}  // namespace fa
