@@ -39,7 +39,7 @@ REQUIRED = [
     # Part II
     "row-tile-offset", "lazy-rescale-stale-state", "grid-y-limit",
     # Part III
-    "wgmma-read-before-wait", "missing-proxy-fence",
+    "wgmma-read-before-wait", "missing-proxy-fence", "mbarrier-phase-parity",
 ]
 
 PATCH_RE = re.compile(r"steps/(\d\d)_\w+/bugs/[\w-]+\.patch")
@@ -116,8 +116,8 @@ def check(repo, build):
             errors.append(f"{p}: the diff is against '{target}', not a/{step_dir}/attention.cu")
         if head.get("Catalog") not in ids:
             errors.append(f"{p}: header 'Catalog: {head.get('Catalog')}' but it is listed under {ids}")
-        if head.get("Symptom", "fault") != "fault":
-            errors.append(f"{p}: 'Symptom: {head['Symptom']}': the only symptom a header can declare is 'fault'")
+        if head.get("Symptom", "fault") not in ("fault", "hang"):
+            errors.append(f"{p}: 'Symptom: {head['Symptom']}': the symptoms a header can declare are 'fault' and 'hang'")
         nn = PATCH_RE.match(p).group(1)
         filt = head.get("Test")
         if filt:

@@ -18,6 +18,9 @@
 #                                     a SASS check instead
 #   Symptom: fault                    optional: the bug is expected to fault (e.g. an out-of-bounds
 #                                     access), so a crash counts as caught
+#   Symptom: hang                     optional: the bug is expected to hang (a wait for an mbarrier
+#                                     phase that never completes): the runner kills it after 30 s,
+#                                     and that hang counts as caught
 # tests/catalog_check.py keeps the headers, the catalog and the test names in sync.
 
 # fa_patched_step(<out-obj> <NN> <kind> <name> <patch>): step NN's attention.cu with <patch> applied

@@ -8,6 +8,10 @@
 #                       only by an exception: whatever stopped it, it was not the regression test's
 #                       assertion, so it is not a kill. A patch whose header has `Symptom: fault`
 #                       expects exactly that, and then a crash is its kill.
+#   HUNG      (exit 1)  the program did not finish within FA_MUTANT_TIMEOUT_S seconds (default
+#                       300) and was killed. A patch whose header has `Symptom: hang` expects
+#                       exactly that (a wait for an mbarrier phase that never completes), and is
+#                       then given 30 seconds: its hang is its kill, reported as such.
 #   NOT RUN   (exit 77) every selected test was skipped (no GPU): ctest reports the case skipped
 #   ERROR     (exit 1)  the filter selects no test
 #
@@ -20,13 +24,28 @@ fi
 name=$1 patch=$2 filter=$3
 shift 3
 
-expects_fault=0
+expects_fault=0 expects_hang=0
 if sed '/^--- /q' "$patch" | grep -Eq '^Symptom:[[:space:]]*fault[[:space:]]*$'; then
   expects_fault=1
 fi
+if sed '/^--- /q' "$patch" | grep -Eq '^Symptom:[[:space:]]*hang[[:space:]]*$'; then
+  expects_hang=1
+fi
+limit=${FA_MUTANT_TIMEOUT_S:-300}
+[ $expects_hang = 1 ] && limit=${FA_MUTANT_HANG_S:-30}
 
-out=$("$@" --gtest_filter="$filter" 2>&1)
+out=$(timeout --signal=KILL "$limit" "$@" --gtest_filter="$filter" 2>&1)
 rc=$?
+if [ "$rc" -eq 137 ]; then  # timeout's SIGKILL: the program was still running at the limit
+  printf '%s\n' "$out" | tail -n 40
+  echo
+  if [ $expects_hang = 1 ]; then
+    echo "MUTANT $name: KILLED — it hung (killed after ${limit} s), as the patch header's 'Symptom: hang' predicts"
+    exit 0
+  fi
+  echo "MUTANT $name: HUNG — killed after ${limit} s: not caught by an assertion"
+  exit 1
+fi
 printf '%s\n' "$out" | tail -n 40
 echo
 

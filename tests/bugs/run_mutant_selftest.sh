@@ -9,6 +9,7 @@ status=0
 
 printf 'Bug: made up\nCatalog: none\nTest: *\n\n--- a/x\n+++ b/x\n' >"$tmp/plain.patch"
 printf 'Bug: made up\nCatalog: none\nTest: *\nSymptom: fault\n\n--- a/x\n+++ b/x\n' >"$tmp/fault.patch"
+printf 'Bug: made up\nCatalog: none\nTest: *\nSymptom: hang\n\n--- a/x\n+++ b/x\n' >"$tmp/hang.patch"
 
 # fake <name> <exit code> <output lines...>: a program that ignores its arguments.
 fake() {
@@ -19,7 +20,7 @@ fake() {
     echo "cat <<'OUT'"
     printf '%s\n' "$@"
     echo 'OUT'
-    if [ "$rc" = segv ]; then echo 'kill -SEGV $$'; else echo "exit $rc"; fi
+    if [ "$rc" = segv ]; then echo 'kill -SEGV $$'; elif [ "$rc" = hang ]; then echo 'sleep 30'; else echo "exit $rc"; fi
   } >"$f"
   chmod +x "$f"
 }
@@ -91,5 +92,10 @@ expect CRASHED 1 plain.patch segv
 
 fake abort 134 '[ RUN      ] Shapes.X' "terminate called after throwing an instance of 'std::runtime_error'"
 expect CRASHED 1 plain.patch abort
+
+# A program that never finishes: a hang is a kill only where the header predicts it.
+fake hang hang '[ RUN      ] Shapes.X'
+FA_MUTANT_TIMEOUT_S=2 expect HUNG 1 plain.patch hang
+FA_MUTANT_HANG_S=2 expect KILLED 0 hang.patch hang
 
 exit $status
