@@ -100,6 +100,22 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   FA_SM90A_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+/// Warpgroup register reconfiguration (`setmaxnreg`, sm_90a): every thread of the calling
+/// warpgroup gives registers back (dealloc) or takes more (alloc) so that it holds N per thread.
+/// All four warps of the group execute it. The kernel must start with a register cap
+/// (__launch_bounds__(threads, 1)), and each role's code must be one branch, or ptxas ignores it
+/// (warning C7508) and every warp keeps the cap. N is a multiple of 8 in [24, 256].
+template <int N>
+__device__ __forceinline__ void warpgroup_reg_dealloc() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg takes a multiple of 8 in [24, 256]");
+  FA_SM90A_ASM("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void warpgroup_reg_alloc() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg takes a multiple of 8 in [24, 256]");
+  FA_SM90A_ASM("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 /// Tells the compiler that the accumulators `d` are written by a wgmma still in flight: no read
 /// or write of them may be moved across this point (it emits no instruction).
 template <int F>
