@@ -49,11 +49,16 @@ struct Config {
   static constexpr int NUM_WARPS = 4 * (1 + CONSUMERS);       // the producer warpgroup first
   static constexpr int NUM_THREADS = NUM_WARPS * 32;
   static_assert(BLOCK_M % WARPGROUP_ROWS == 0, "whole warpgroups");
-  // Registers per thread after setmaxnreg: the producer keeps the minimum, the consumers share
-  // the rest of the SM's 65536 (one block per SM), in multiples of 8, at most 240.
+  // Registers per thread after setmaxnreg. The block starts with the cap __launch_bounds__ gives
+  // (65536 / threads, down to a multiple of 8) on every thread: that is its whole pool. The
+  // producer gives most of its share back; the consumers take what that frees, at most 240. A
+  // consumer asking for more than the pool holds waits in setmaxnreg forever (a hang).
+  static constexpr int ENTRY_REGS = 65536 / NUM_THREADS / 8 * 8;
   static constexpr int PRODUCER_REGS = 24;
-  static constexpr int CONSUMER_REGS_FIT = (65536 - 128 * PRODUCER_REGS) / (128 * CONSUMERS) / 8 * 8;
+  static constexpr int CONSUMER_REGS_FIT = (NUM_THREADS * ENTRY_REGS - 128 * PRODUCER_REGS) / (128 * CONSUMERS) / 8 * 8;
   static constexpr int CONSUMER_REGS = CONSUMER_REGS_FIT < 240 ? CONSUMER_REGS_FIT : 240;
+  static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= NUM_THREADS * ENTRY_REGS,
+                "the consumers would ask setmaxnreg for more registers than the block holds");
   static_assert(BLOCK_N == 64 || BLOCK_N == 128, "the wgmma shapes wrapped: N = 64, 128");
   // The state is rescaled only when a row's max rose by more than this, in exp2 units: until
   // then P = 2^(c·s − c·m_i) ≤ 2^8, which fp32 O and l, and bf16 P, hold without loss.
@@ -252,7 +257,7 @@ tuner::KernelConfig config() {
 }
 
 // Per head dim in order of preference (the heuristic's tie-break). Four consumers (BLOCK_M = 256)
-// get 120 registers each, three 160, two 240 (D = 128 with four consumers spills at 120). Every entry is compiled (for
+// get 112 registers each, three 160, two 240 (D = 128 with four consumers spills at 112). Every entry is compiled (for
 // sm_90a alone), so each one added costs CI minutes: add one only if some shape measurably wins with it.
 const tuner::Tuner kTuner(13, FA_BUILD_ID,
                           {
