@@ -33,13 +33,21 @@ EncodeTiled encode_tiled() {
 
 Status make_tile_map(CUtensorMap* map, const char* what, const void* base, int64_t batch, int64_t heads, int64_t seqlen,
                      int64_t head_dim, const Strides& strides, int box_rows) {
-  const EncodeTiled encode = encode_tiled();
-  if (encode == nullptr)
-    return Status::Unsupported("the CUDA driver offers no cuTensorMapEncodeTiled (TMA needs driver >= 12.0)");
   // Innermost first: (D, N, H, B). Strides in bytes for dims 1..3; a dimension of size 1 is
   // never stepped along, so any legal stride does (16, the smallest, stands in for its own).
   const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(seqlen), cuuint64_t(heads), cuuint64_t(batch)};
   const int64_t elem_strides[3] = {strides.seq, strides.head, strides.batch};
+  // A broadcast (stride 0 along a dimension longer than 1) is refused here, before the driver
+  // sees it: some drivers encode it, but no test shows the copy engine reading it right.
+  const char* axes[3] = {"sequence", "head", "batch"};
+  for (int i = 0; i < 3; ++i)
+    if (dims[i + 1] > 1 && elem_strides[i] == 0)
+      return Status::Unsupported(std::string("TMA cannot describe ") + what + ": its " + axes[i] +
+                                 " stride is 0 (a broadcast); the TMA steps need a separate copy per " + axes[i] +
+                                 " entry");
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr)
+    return Status::Unsupported("the CUDA driver offers no cuTensorMapEncodeTiled (TMA needs driver >= 12.0)");
   cuuint64_t byte_strides[3];
   for (int i = 0; i < 3; ++i) byte_strides[i] = dims[i + 1] == 1 ? 16 : cuuint64_t(elem_strides[i]) * 2;
   const cuuint32_t box[4] = {cuuint32_t(kTmaBoxCols), cuuint32_t(box_rows), 1, 1};
@@ -53,7 +61,7 @@ Status make_tile_map(CUtensorMap* map, const char* what, const void* base, int64
         " H=" + std::to_string(heads) + " N=" + std::to_string(seqlen) + " D=" + std::to_string(head_dim) +
         ", element strides batch=" + std::to_string(strides.batch) + " head=" + std::to_string(strides.head) +
         " seq=" + std::to_string(strides.seq) + "; error " + std::to_string(int(r)) +
-        "): strides must be non-zero multiples of 8 elements below 2^39");
+        "): strides must be multiples of 8 elements below 2^39");
   return Status::Ok();
 }
 

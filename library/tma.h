@@ -28,8 +28,8 @@ constexpr int kTmaBoxCols = 64;
 
 /// Fills `map` for the (batch, heads, seqlen, head_dim) bf16 tensor at `base` with element strides
 /// `strides`, read in boxes of (box_rows, 64) in the 128-byte swizzle. Returns an error that names
-/// the tensor (`what`) when the driver cannot be reached or cannot describe it (e.g. a stride
-/// of 0 on a dimension longer than 1: a broadcast, which TMA does not express).
+/// the tensor (`what`) when the driver cannot be reached or cannot describe it, and for a stride
+/// of 0 on a dimension longer than 1 (a broadcast), which is refused before the driver sees it.
 Status make_tile_map(CUtensorMap* map, const char* what, const void* base, int64_t batch, int64_t heads, int64_t seqlen,
                      int64_t head_dim, const Strides& strides, int box_rows);
 

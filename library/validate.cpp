@@ -76,6 +76,11 @@ Status validate(const AttentionParams& p, const Capabilities& caps) {
     for (int a = 0; a < 3; ++a) {
       if (sizes[a] == 1) continue;  // never stepped along: any stride will do
       if (strides[a] < 0) return fail(std::string(names[t]) + " strides must be >= 0");
+      if (strides[a] == 0 && t != 3 && !caps.broadcast)
+        return fail(std::string(names[t]) + " has a zero " + axes[a] +
+                    " stride (a broadcast); this step reads its inputs through TMA tensor maps, which need "
+                    "one row per " +
+                    axes[a] + " entry");
       // 16-byte rows: every step loads a row of D bf16 values with 16-byte vector loads.
       if (strides[a] % 8)
         return fail(std::string(names[t]) + " strides must be multiples of 8 elements (16-byte aligned rows)");

@@ -25,6 +25,9 @@ struct Capabilities {
   int64_t max_seqlen = 0;
   /// Largest B·H_q the step's grid spreads (0: no limit).
   int64_t max_batch_heads = 0;
+  /// Accepts a zero stride on an input dimension longer than 1 (one K/V shared by every batch
+  /// entry, say). The TMA steps do not: their tensor maps step every dimension they index.
+  bool broadcast = true;
   /// The one compute capability (major · 10 + minor) the step's kernels are built for, e.g. 90
   /// for the sm_90a instructions of Hopper (wgmma); 0: every GPU the build targets.
   int only_sm = 0;

@@ -159,6 +159,25 @@ TEST(Validate, BroadcastInputsAndSizeOneDimsAreAccepted) {
   EXPECT_NE(validate(p, caps).message().find("zero batch stride"), std::string::npos);
 }
 
+// A step whose inputs come through TMA tensor maps (12 on) says so in its capabilities, and
+// validate refuses a broadcast input for it, naming the tensor and the axis; size-1 dimensions
+// stay free, as for every step.
+TEST(Validate, BroadcastInputsAreRefusedWhereTheStepTakesNone) {
+  Capabilities caps;
+  caps.broadcast = false;
+  AttentionParams p = valid_params();
+  p.batch = 2;
+  set_bhnd_strides(p);
+  EXPECT_TRUE(validate(p, caps).ok()) << validate(p, caps).message();
+  p.v_stride.batch = 0;
+  EXPECT_NE(validate(p, caps).message().find("v has a zero batch stride (a broadcast)"), std::string::npos)
+      << validate(p, caps).message();
+  p = valid_params();
+  p.batch = 1;
+  p.k_stride.batch = 0;  // never stepped along
+  EXPECT_TRUE(validate(p, caps).ok()) << validate(p, caps).message();
+}
+
 // The launch limits are capabilities, so validate (and through it fa_validate) refuses exactly
 // what a step's launcher cannot run; a refusal is Unsupported, not a runtime error.
 TEST(Validate, LaunchLimitsAreCapabilities) {
