@@ -1,5 +1,6 @@
 // Host-side logic: the comparison rule, the FLOP counter, the mask helpers, the validation every
 // step runs first, the CLI parser and the counter-based random generator.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "harness/cli.h"
 #include "harness/compare.h"
 #include "harness/flops.h"
+#include "harness/gpu.h"
 #include "device/mask.h"
 #include "harness/problem.h"
 #include "harness/random.h"
@@ -157,6 +159,29 @@ TEST(Validate, BroadcastInputsAndSizeOneDimsAreAccepted) {
   set_bhnd_strides(p);
   p.o_stride.batch = 0;  // the output may not broadcast
   EXPECT_NE(validate(p, caps).message().find("zero batch stride"), std::string::npos);
+}
+
+// check_device: a step for every GPU is always fine; a step pinned to one compute capability
+// (the Hopper steps: 90) is refused on any other, and without a GPU, with a message naming it.
+// Runs with or without a GPU: the expectation follows the machine.
+TEST(CheckDevice, PinnedStepsRunOnlyOnTheirGpu) {
+  Capabilities caps;
+  EXPECT_TRUE(check_device(caps).ok());
+  caps.only_sm = 90;
+  const Status st = check_device(caps);
+  if (!gpu_available()) {
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("compute capability 9.0 and no CUDA device is usable"), std::string::npos)
+        << st.message();
+    return;
+  }
+  int major = 0, minor = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+  EXPECT_EQ(st.ok(), major == 9 && minor == 0) << st.message();
+  if (!st.ok()) {
+    EXPECT_NE(st.message().find("built for compute capability 9.0 only"), std::string::npos) << st.message();
+  }
 }
 
 // A step whose inputs come through TMA tensor maps (12 on) says so in its capabilities, and
