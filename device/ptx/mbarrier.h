@@ -15,52 +15,42 @@
 
 #include <cstdint>
 
+#include "device/ptx/sm90.h"
+
 namespace fa::ptx {
 
 #if defined(__CUDACC__)
 
-// The bodies exist only in device passes for sm_90 and later (FA_SM90 below; older GPUs trap);
-// the declarations everywhere, so that host passes can parse kernels that call them.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FA_SM90(...) __VA_ARGS__
-#elif defined(__CUDA_ARCH__)
-#define FA_SM90(...) __trap()  // a kernel for an older GPU that reaches one fails loudly
-#else
-#define FA_SM90(...)
-#endif
-
 /// Initialises the barrier at shared address `bar` for `count` arrivals per phase. One thread
 /// does it, then a fence (fence_mbarrier_init) and a block barrier before anyone uses it.
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
-  FA_SM90(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory"));
+  FA_SM90_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 /// Makes barrier initialisations visible to the async proxy (the TMA unit) and the cluster.
 __device__ __forceinline__ void fence_mbarrier_init() {
-  FA_SM90(asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"));
+  FA_SM90_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 /// One arrival, and `bytes` more transaction bytes expected in the current phase (the producer's
 /// call before it issues the copies that will deliver them).
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  FA_SM90(asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory"));
+  FA_SM90_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 /// One plain arrival (a consumer releasing a buffer).
 __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  FA_SM90(asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"));
+  FA_SM90_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 /// Blocks until the phase of parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  FA_SM90(
-      asm volatile("{\n"
-                   ".reg .pred done;\n"
-                   "wait_%=:\n"
-                   "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                   "@!done bra wait_%=;\n"
-                   "}\n" ::"r"(bar),
-                   "r"(parity)
-                   : "memory"));
+  FA_SM90_ASM(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
 }
-
-#undef FA_SM90
 
 #endif  // __CUDACC__
 

@@ -11,15 +11,11 @@
 
 #include <cstdint>
 
+#include "device/ptx/sm90.h"
+
 namespace fa::ptx {
 
 #if defined(__CUDACC__)
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#define FA_SM90_ASM(...) __trap()  // a kernel for an older GPU that reaches one fails loudly
-#else
-#define FA_SM90_ASM(...) asm volatile(__VA_ARGS__)
-#endif
 
 /// Copies the box at (c0, c1, c2, c3) (innermost first: column, row, head, batch for the course's
 /// maps) of the 4-D tensor map `map` (the address of a __grid_constant__ kernel parameter) to
@@ -32,8 +28,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* map, int c
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
-
-#undef FA_SM90_ASM
 
 #endif  // __CUDACC__
 

@@ -41,13 +41,14 @@
 //   wgmma_commit()    closes the wgmmas issued so far into a group
 //   wgmma_wait<N>()   waits until at most N groups are in flight: only then are their
 //                     accumulators valid, and their shared operands free to be overwritten
-//   fence_proxy_async_shared()  after ordinary (generic-proxy) writes to shared memory that a
-//                     wgmma (the async proxy) reads next: cp.async copies included
+//   fence_proxy_async_shared()  (device/ptx/sm90.h) after ordinary (generic-proxy) writes to
+//                     shared memory that a wgmma (the async proxy) reads next: cp.async copies too
 #pragma once
 
 #include <cstdint>
 
 #include "device/mask.h"  // FA_HD
+#include "device/ptx/sm90.h"
 
 namespace fa::ptx {
 
@@ -78,18 +79,6 @@ FA_HD uint64_t smem_desc_mn_major(uint32_t smem_addr, uint32_t panel_bytes) {
 
 #if defined(__CUDACC__)
 
-// The instructions exist in sm_90a code only. Compiled for another target (sm_80, plain sm_90),
-// a wrapper traps instead, so that a file including this header by mistake still builds, and
-// fails loudly if it ever runs; the Hopper steps are built for sm_90a alone (their step.cmake).
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define FA_SM90A_ASM(...) __trap()
-#else
-#define FA_SM90A_ASM(...) asm volatile(__VA_ARGS__)
-#endif
-
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  FA_SM90A_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 __device__ __forceinline__ void wgmma_fence() {
   FA_SM90A_ASM("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -134,81 +123,60 @@ __device__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b,
 template <int N>
 __device__ void wgmma_rs_mn(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate);
 
+// The operand lists, written once: the accumulator registers of fragments f .. f + 7 ("+f": the
+// wgmma reads and writes them), and the asm names of the first and the second 32 of them.
+#define FA_WG_ACC4(f) "+f"(d[f][0]), "+f"(d[f][1]), "+f"(d[f][2]), "+f"(d[f][3])
+#define FA_WG_ACC32(f)                                                                                          \
+  FA_WG_ACC4(f), FA_WG_ACC4(f + 1), FA_WG_ACC4(f + 2), FA_WG_ACC4(f + 3), FA_WG_ACC4(f + 4), FA_WG_ACC4(f + 5), \
+      FA_WG_ACC4(f + 6), FA_WG_ACC4(f + 7)
+#define FA_WG_REGS_0_31                                                                                            \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31"
+#define FA_WG_REGS_32_63                                                                                           \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, " \
+  "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+// scale-d comes from a predicate: 0 on the first k step overwrites d instead of accumulating.
+#define FA_WG_PRED(k) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #k ", 0;\n"
+
 template <>
 __device__ __forceinline__ void wgmma_ss<64>(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  FA_SM90A_ASM(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
-        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
-        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
-        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+  FA_SM90A_ASM(FA_WG_PRED(34) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" FA_WG_REGS_0_31
+                              "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+               : FA_WG_ACC32(0)
+               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
 }
 
 template <>
 __device__ __forceinline__ void wgmma_rs_mn<64>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
                                                 bool accumulate) {
-  FA_SM90A_ASM(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
-        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
-        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
-        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+  FA_SM90A_ASM(FA_WG_PRED(37) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" FA_WG_REGS_0_31
+                              "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+               : FA_WG_ACC32(0)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
 }
 
 template <>
 __device__ __forceinline__ void wgmma_ss<128>(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  FA_SM90A_ASM(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "
-      "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, "
-      "0, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
-        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
-        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
-        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
-        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
-        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]),
-        "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]),
-        "+f"(d[15][3])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+  FA_SM90A_ASM(FA_WG_PRED(66) "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" FA_WG_REGS_0_31
+                              ", " FA_WG_REGS_32_63 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+               : FA_WG_ACC32(0), FA_WG_ACC32(8)
+               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
 }
 
 template <>
 __device__ __forceinline__ void wgmma_rs_mn<128>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b,
                                                  bool accumulate) {
-  FA_SM90A_ASM(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "
-      "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, "
-      "%67}, %68, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
-        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
-        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
-        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
-        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
-        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]),
-        "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]),
-        "+f"(d[15][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+  FA_SM90A_ASM(FA_WG_PRED(69) "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" FA_WG_REGS_0_31
+                              ", " FA_WG_REGS_32_63 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+               : FA_WG_ACC32(0), FA_WG_ACC32(8)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
 }
+
+#undef FA_WG_ACC4
+#undef FA_WG_ACC32
+#undef FA_WG_REGS_0_31
+#undef FA_WG_REGS_32_63
+#undef FA_WG_PRED
 
 #endif  // __CUDACC__
 

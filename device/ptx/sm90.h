@@ -1,0 +1,38 @@
+// What the Hopper wrappers share: the guards that keep sm_90 and sm_90a instructions out of code
+// for older targets, and the fence between the two proxies that write and read shared memory.
+//
+//   FA_SM90_ASM(...)   an instruction of sm_90 and later (mbarrier transaction counts, TMA, the
+//                      proxy fence)
+//   FA_SM90A_ASM(...)  an instruction of the sm_90a target alone (wgmma, setmaxnreg)
+//
+// Compiled for an older or plainer target, a guarded wrapper traps instead: a file that includes
+// one of these headers by mistake still builds, and fails loudly if it ever runs. The Hopper steps
+// are built for sm_90a alone (their step.cmake); host passes see the asm and never compile it.
+#pragma once
+
+#if defined(__CUDACC__)
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define FA_SM90_ASM(...) __trap()
+#else
+#define FA_SM90_ASM(...) asm volatile(__VA_ARGS__)
+#endif
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FA_SM90A_ASM(...) __trap()
+#else
+#define FA_SM90A_ASM(...) asm volatile(__VA_ARGS__)
+#endif
+
+namespace fa::ptx {
+
+/// Orders this thread's ordinary (generic-proxy) shared-memory writes, cp.async copies included,
+/// before later reads of the same memory by the async proxy (wgmma operands, TMA). Each writing
+/// thread issues it, then the block barrier.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  FA_SM90_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+}  // namespace fa::ptx
+
+#endif  // __CUDACC__
