@@ -32,3 +32,14 @@ const StepInfo& the_step();
     std::string fa_why_;                                                                 \
     if (!::fa::gpu_available(&fa_why_)) GTEST_SKIP() << fa_why_ << ": GPU test skipped"; \
   } while (0)
+
+// Skips the current test unless the GPU runs sm_90a code (compute capability 9.0): the tests of
+// the Hopper wrappers, built for that target alone. The reason is the library's (check_device).
+#define FA_REQUIRE_SM90A()                                                      \
+  do {                                                                          \
+    FA_REQUIRE_GPU();                                                           \
+    ::fa::Capabilities fa_caps_;                                                \
+    fa_caps_.only_sm = 90;                                                      \
+    if (const ::fa::Status fa_st_ = ::fa::check_device(fa_caps_); !fa_st_.ok()) \
+      GTEST_SKIP() << fa_st_.message() << ": NOT RUN";                          \
+  } while (0)

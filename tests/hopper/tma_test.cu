@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "device/ptx/mbarrier.h"
-#include "device/ptx/wgmma.h"  // fence_proxy_async_shared
+#include "device/ptx/sm90.h"  // fence_proxy_async_shared
 #include "device/smem_tile.h"
 #include "harness/cuda_check.h"
 #include "harness/device_buffer.h"
@@ -66,12 +66,7 @@ __global__ void tma_kernel(const __grid_constant__ Maps maps, int b, int h, int 
 
 template <int D>
 void check_tma() {
-  FA_REQUIRE_GPU();
-  int major = 0, minor = 0;
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
-  if (major < 9)
-    GTEST_SKIP() << "TMA needs compute capability 9.0 or later (this GPU is " << major << "." << minor << "): NOT RUN";
+  FA_REQUIRE_SM90A();
   const Strides st = bnhd_strides(kH, kN, D);  // (B, N, H, D) storage: rows H·D apart
   std::vector<bf16> host(size_t(kB) * kN * kH * D);
   for (size_t i = 0; i < host.size(); ++i) host[i] = __float2bfloat16(float(int(i % 509) - 254));  // exact in bf16

@@ -12,13 +12,12 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <random>
-#include <string>
 #include <vector>
 
 #include "device/warpgroup_tile.h"
 #include "harness/cuda_check.h"
 #include "harness/device_buffer.h"
+#include "harness/random.h"
 #include "tests/gpu/step_suite.h"
 
 namespace fa {
@@ -32,15 +31,11 @@ constexpr int smem_bytes() {
   return 1024 + 2 * (kRows * D + N * D);
 }
 
-__device__ uint32_t aligned_1024(const void* p) {
-  return (uint32_t(__cvta_generic_to_shared(p)) + 1023u) & ~1023u;
-}
-
 // out (128, N) fp32 = Q·Kᵀ.
 template <int D, int N>
 __global__ void qk_kernel(const bf16* q, const bf16* k, float* out) {
   extern __shared__ uint4 smem[];
-  bf16* base = reinterpret_cast<bf16*>(smem) + (aligned_1024(smem) - uint32_t(__cvta_generic_to_shared(smem))) / 2;
+  bf16* base = aligned_for_wgmma(smem);
   const SmemTile<kRows, WgmmaLayout<kRows, D>> q_tile{base};
   const SmemTile<N, WgmmaLayout<N, D>> k_tile{base + kRows * D};
   load_tile<kThreads>(q_tile, q, D, kRows);
@@ -62,7 +57,7 @@ __global__ void qk_kernel(const bf16* q, const bf16* k, float* out) {
 template <int D, int N>
 __global__ void pv_kernel(const float* p_in, const bf16* v, const float* o0, float* out) {
   extern __shared__ uint4 smem[];
-  bf16* base = reinterpret_cast<bf16*>(smem) + (aligned_1024(smem) - uint32_t(__cvta_generic_to_shared(smem))) / 2;
+  bf16* base = aligned_for_wgmma(smem);
   const SmemTile<N, WgmmaLayout<N, D>> v_tile{base};
   load_tile<kThreads>(v_tile, v, D, N);
   ptx::fence_proxy_async_shared();
@@ -90,20 +85,10 @@ float round_bf16(float x) {
   return __bfloat162float(__float2bfloat16(x));
 }
 
-bool hopper(std::string* why) {
-  int major = 0, minor = 0;
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
-  *why = "wgmma needs compute capability 9.0 (this GPU is " + std::to_string(major) + "." + std::to_string(minor) +
-         "): NOT RUN";
-  return major == 9 && minor == 0;
-}
-
 std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(n);
-  for (auto& v : x) v = round_bf16(dist(gen));  // exact in bf16: the CPU sees what the GPU sees
+  for (size_t i = 0; i < n; ++i)
+    x[i] = round_bf16(normal_at(seed, i));  // exact in bf16: the CPU sees what the GPU sees
   return x;
 }
 
@@ -115,9 +100,7 @@ std::vector<bf16> to_device_bf16(const std::vector<float>& x) {
 
 template <int D, int N>
 void check_qk() {
-  FA_REQUIRE_GPU();
-  std::string why;
-  if (!hopper(&why)) GTEST_SKIP() << why;
+  FA_REQUIRE_SM90A();
   const std::vector<float> q = random_values(kRows * D, 11 + D + N), k = random_values(N * D, 23 + D + N);
   DeviceBuffer<bf16> dq(q.size()), dk(k.size());
   DeviceBuffer<float> dout(kRows * N);
@@ -141,9 +124,7 @@ void check_qk() {
 
 template <int D, int N>
 void check_pv() {
-  FA_REQUIRE_GPU();
-  std::string why;
-  if (!hopper(&why)) GTEST_SKIP() << why;
+  FA_REQUIRE_SM90A();
   const std::vector<float> p = random_values(kRows * N, 31 + D + N), v = random_values(N * D, 37 + D + N),
                            o0 = random_values(kRows * D, 41 + D + N);
   DeviceBuffer<float> dp(p.size()), do0(o0.size()), dout(kRows * D);
