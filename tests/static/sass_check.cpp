@@ -188,34 +188,32 @@ TEST(Sass, ForbiddenInstructions) {
     }
 }
 
-TEST(Sass, MinimumInstructionCounts) {
-  if (g_opt.min_count.empty()) {
-    std::cout << "  (no instruction counts required for this step)\n";
+// --min-count and --max-count: each listed instruction's count in each kernel matching --kernel,
+// against its bound.
+void check_counts(const std::vector<std::pair<std::string, int>>& bounds, bool at_least) {
+  if (bounds.empty()) {
+    std::cout << (at_least ? "  (no instruction counts required for this step)\n"
+                           : "  (no instruction count limits for this step)\n");
     return;
   }
   const std::vector<const Kernel*> kernels = matching_kernels();
   ASSERT_FALSE(kernels.empty()) << "no kernel matches --kernel=" << g_opt.kernel;
   for (const Kernel* k : kernels)
-    for (const auto& [ins, n] : g_opt.min_count) {
+    for (const auto& [ins, n] : bounds) {
       const int got = count_instruction(k->sass, ins);
       std::cout << "  " << k->arch << " " << k->name << ": " << got << " " << ins << "\n";
-      EXPECT_GE(got, n) << k->arch << " " << k->name << " has " << got << " " << ins << ", expected at least " << n;
+      if (at_least)
+        EXPECT_GE(got, n) << k->arch << " " << k->name << " has " << got << " " << ins << ", expected at least " << n;
+      else
+        EXPECT_LE(got, n) << k->arch << " " << k->name << " has " << got << " " << ins << ", expected at most " << n;
     }
 }
 
+TEST(Sass, MinimumInstructionCounts) {
+  check_counts(g_opt.min_count, true);
+}
 TEST(Sass, MaximumInstructionCounts) {
-  if (g_opt.max_count.empty()) {
-    std::cout << "  (no instruction count limits for this step)\n";
-    return;
-  }
-  const std::vector<const Kernel*> kernels = matching_kernels();
-  ASSERT_FALSE(kernels.empty()) << "no kernel matches --kernel=" << g_opt.kernel;
-  for (const Kernel* k : kernels)
-    for (const auto& [ins, n] : g_opt.max_count) {
-      const int got = count_instruction(k->sass, ins);
-      std::cout << "  " << k->arch << " " << k->name << ": " << got << " " << ins << "\n";
-      EXPECT_LE(got, n) << k->arch << " " << k->name << " has " << got << " " << ins << ", expected at most " << n;
-    }
+  check_counts(g_opt.max_count, false);
 }
 
 // 2·(D/16)·(BLOCK_N/8) from a mangled attention_kernel<D, Config<BLOCK_M, BLOCK_N, ...>> name;
