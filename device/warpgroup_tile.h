@@ -35,10 +35,7 @@ __device__ __forceinline__ void fence_operand(Acc<COLS>& t) {
 }
 template <int K>
 __device__ __forceinline__ void fence_operand(FragA<K>& t) {
-#pragma unroll
-  for (int f = 0; f < K / 16; ++f)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(t.a[f][e])::"memory");
+  ptx::wgmma_fence_operands(t.a);
 }
 
 /// Before a wgmma: the compiler finishes every ordinary write of these registers (the softmax's

@@ -114,6 +114,14 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[F][4]) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[f][e])::"memory");
 }
+/// The same for A-operand registers (P of P·V): they too must not be rewritten while a wgmma reads them.
+template <int F>
+__device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[F][4]) {
+#pragma unroll
+  for (int f = 0; f < F; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[f][e])::"memory");
+}
 
 /// d (64 × N fp32, N / 2 registers per thread as N / 8 fragments of 4) = A·B (+ d when
 /// `accumulate`): A 64×16 and B 16×N, both K-major bf16 in shared memory, given by descriptors.
