@@ -54,4 +54,41 @@ FA_HD bool is_diagonal_tile(int64_t m_start, int block_m, int n_block, int block
   return some_visible && some_masked;
 }
 
+// ---- work tiles of a persistent grid (step 14 on) ------------------------------------------------
+// A work tile is one Q tile of one (batch, head): T = m_tiles · batch_heads of them, numbered heads
+// outer, so that the tiles running at one time share their heads' K/V in L2. A persistent grid of
+// G blocks deals them out without any communication between blocks:
+//
+//  * non-causal, every tile costs the same: block b takes tiles b, b + G, b + 2G, ...
+//  * causal, Q tile m visits about m + 1 K/V tiles, so dealt that way block b would get the same
+//    Q tile of every head it meets, and some blocks would work several times as long as others.
+//    Instead each head's tiles are folded into pairs, the longest with the shortest:
+//
+//      Q tile (m_tiles = 6):     5 0 | 4 1 | 3 2        each pair visits about m_tiles + 1 K/V tiles
+//      work tile t in the head:  0 1 | 2 3 | 4 5
+//
+//    and block b takes the pairs b, b + G, b + 2G, ..., each pair's long tile first. Every pair
+//    costs the same, so every block ends within one pair of the others.
+
+/// The work tile block `block` of `grid` takes in its k-th turn (>= T once it has had them all):
+/// single tiles, or (paired) both tiles of pairs b, b + G, ... in turn.
+FA_HD int persistent_tile(int k, int block, int grid, bool paired) {
+  return paired ? 2 * (block + (k >> 1) * grid) + (k & 1) : block + k * grid;
+}
+
+/// Kept far enough below 2^31 that the next turn's index still fits in an int.
+constexpr int64_t kMaxWorkTiles = 0x7fffffff - 2 * 0xffff;
+
+struct WorkTile {
+  int bh;      // batch · heads_q + head
+  int m_tile;  // which Q tile of that head
+};
+
+/// Work tile t of m_tiles · batch_heads: heads outer; causal: folded pairs (above).
+FA_HD WorkTile work_tile(int t, int m_tiles, bool causal) {
+  const int bh = t / m_tiles, i = t - bh * m_tiles;
+  if (!causal) return {bh, i};
+  return {bh, (i & 1) ? i >> 1 : m_tiles - 1 - (i >> 1)};
+}
+
 }  // namespace fa

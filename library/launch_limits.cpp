@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <map>
 #include <mutex>
 #include <set>
 #include <tuple>
@@ -23,6 +24,29 @@ Status opt_in_shared_memory(const void* kernel, int bytes) {
   FA_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   std::lock_guard<std::mutex> lock(mu);
   done.insert(key);
+  return Status::Ok();
+}
+
+Status resident_blocks(const void* kernel, int threads, int smem_bytes, int* blocks) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int, int>, int> known;  // (device, kernel, threads, smem)
+  int device = 0;
+  FA_CUDA_RETURN(cudaGetDevice(&device));
+  const auto key = std::make_tuple(device, kernel, threads, smem_bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = known.find(key); it != known.end()) {
+      *blocks = it->second;
+      return Status::Ok();
+    }
+  }
+  int per_sm = 0, sms = 0;
+  FA_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
+  FA_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (per_sm < 1) return Status::Unsupported("this kernel configuration does not fit on one SM of this GPU");
+  *blocks = per_sm * sms;
+  std::lock_guard<std::mutex> lock(mu);
+  known[key] = *blocks;
   return Status::Ok();
 }
 

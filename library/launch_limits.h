@@ -31,4 +31,8 @@ constexpr int64_t kTileMaxBatchHeads = int64_t(65535) * 65535;
 /// per device and kernel, not on every launch: the attribute call costs host time on each call.
 Status opt_in_shared_memory(const void* kernel, int bytes);
 
+/// How many blocks of `kernel` (with `threads` threads and `smem_bytes` of dynamic shared memory)
+/// the whole GPU runs at once: a persistent grid's size. Cached per device and configuration.
+Status resident_blocks(const void* kernel, int threads, int smem_bytes, int* blocks);
+
 }  // namespace fa

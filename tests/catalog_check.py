@@ -40,7 +40,7 @@ REQUIRED = [
     "row-tile-offset", "lazy-rescale-stale-state", "grid-y-limit",
     # Part III
     "wgmma-read-before-wait", "missing-proxy-fence", "mbarrier-phase-parity",
-    "producer-overwrites-stage", "setmaxnreg-ignored",
+    "producer-overwrites-stage", "setmaxnreg-ignored", "consumer-releases-early",
 ]
 
 PATCH_RE = re.compile(r"steps/(\d\d)_\w+/bugs/[\w-]+\.patch")

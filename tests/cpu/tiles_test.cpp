@@ -2,6 +2,7 @@
 // device/ptx/swizzle.h, checked against brute force on the CPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -91,6 +92,63 @@ TEST(Tiles, QTileThatSeesNoKeyVisitsNothing) {
   EXPECT_EQ(kv_tile_end(0, 128, 64, 300, true, -700), 0);
   EXPECT_EQ(kv_tile_first_masked(0, 128, 64, 300, true, -700), 0);
   EXPECT_GT(kv_tile_end(640, 128, 64, 300, true, -700), 0);
+}
+
+// A persistent grid visits every work tile exactly once, and (causal) every block's work, in K/V
+// tiles, ends within a few percent of the mean: the folded pairs of device/tiles.h balance tiles of
+// unequal length. The plain deal (block b takes b, b + G, ...) of a longest-first order, which they
+// replaced, is checked to be unbalanced here, so that the test can tell the two apart.
+struct DealCase {
+  int m_tiles, batch_heads, grid;
+};
+
+std::vector<int64_t> block_work(const DealCase& c, bool causal, bool fold, std::vector<int>* visits) {
+  const int tiles = c.m_tiles * c.batch_heads;
+  visits->assign(size_t(tiles), 0);
+  std::vector<int64_t> work(size_t(c.grid), 0);
+  for (int b = 0; b < c.grid; ++b) {
+    for (int k = 0;; ++k) {
+      const int t = persistent_tile(k, b, c.grid, causal && fold);
+      if (t >= tiles) break;
+      const WorkTile w = fold ? work_tile(t, c.m_tiles, causal)
+                              : WorkTile{t / c.m_tiles, c.m_tiles - 1 - t % c.m_tiles};  // longest first
+      EXPECT_GE(w.bh, 0);
+      EXPECT_LT(w.bh, c.batch_heads);
+      EXPECT_GE(w.m_tile, 0);
+      EXPECT_LT(w.m_tile, c.m_tiles);
+      ++(*visits)[size_t(w.bh * c.m_tiles + w.m_tile)];
+      work[size_t(b)] += causal ? w.m_tile + 1 : 1;  // BLOCK_M = BLOCK_N: Q tile m visits m + 1 tiles
+    }
+  }
+  return work;
+}
+
+double imbalance(const std::vector<int64_t>& work) {
+  int64_t sum = 0, most = 0;
+  for (int64_t w : work) sum += w, most = std::max(most, w);
+  return double(most) * double(work.size()) / double(sum);
+}
+
+TEST(PersistentTiles, EveryTileOnceAndCausalWorkBalanced) {
+  for (const DealCase c : {DealCase{8, 256, 132}, DealCase{32, 64, 132}, DealCase{128, 16, 132}, DealCase{5, 3, 132},
+                           DealCase{7, 33, 132}, DealCase{7, 9, 4}, DealCase{1, 1, 1}}) {
+    SCOPED_TRACE("m_tiles=" + std::to_string(c.m_tiles) + " batch_heads=" + std::to_string(c.batch_heads) +
+                 " grid=" + std::to_string(c.grid));
+    for (bool causal : {false, true}) {
+      std::vector<int> visits;
+      const std::vector<int64_t> work = block_work(c, causal, /*fold=*/true, &visits);
+      for (int v : visits) ASSERT_EQ(v, 1);
+      if (c.m_tiles * c.batch_heads >= 16 * c.grid) {
+        EXPECT_LT(imbalance(work), 1.04);
+      }
+    }
+  }
+}
+
+TEST(PersistentTiles, PlainDealOfLongestFirstIsUnbalanced) {
+  std::vector<int> visits;
+  EXPECT_GT(imbalance(block_work({128, 16, 132}, true, /*fold=*/false, &visits)), 1.4);
+  EXPECT_LT(imbalance(block_work({128, 16, 132}, true, /*fold=*/true, &visits)), 1.04);
 }
 
 TEST(Swizzle, IsAPermutationOfEachRow) {
