@@ -142,6 +142,9 @@ function(fa_step nn name)
   target_compile_definitions(fa_step${nn} PRIVATE FA_BUILD_ID="${build_id}")
   set_property(GLOBAL APPEND PROPERTY FA_STEP_TARGETS fa_step${nn})
   set_property(GLOBAL APPEND PROPERTY FA_STEP_NUMBERS ${nn})
+  if(NOT FA_BUILD_TESTS)
+    return()  # the library alone (the Python package's build)
+  endif()
 
   # The shared GPU suite and the step's own tests.
   fa_step_test_executable(fa_test_step${nn} fa_step${nn} ${nn})

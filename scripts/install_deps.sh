@@ -23,6 +23,14 @@ if ! have_cuobjdump; then
 fi
 have_cuobjdump && echo "install_deps: cuobjdump ok"
 
+# pytest, for the Python package's tests (tests/python; the ctest cases python.*), into .deps/python
+# unless this Python already has it. Offline, those cases report themselves skipped.
+if ! python3 -c "import pytest" >/dev/null 2>&1 && ! PYTHONPATH="$deps/python" python3 -c "import pytest" >/dev/null 2>&1; then
+  echo "install_deps: pytest not found; installing it into .deps/python"
+  python3 -m pip install --quiet --disable-pip-version-check --target "$deps/python" pytest ||
+    echo "install_deps: warning: could not install pytest (the python.* tests will be skipped)"
+fi
+
 if [ "${1:-}" = "--system" ]; then
   # Optional tools for the documentation and format checks.
   # Without doxygen the `docs` test is not registered; without clang-format the `format` test fails

@@ -1,0 +1,37 @@
+"""The FlashAttention course's kernels from Python.
+
+    import fa_course
+    o = fa_course.attention(q, k, v, causal=True)          # (B, N, H, D) bf16 CUDA tensors
+    o, lse = fa_course.attention(q, k, v, return_lse=True)
+    fa_course.steps()                                      # every step, with its lesson
+
+`attention` needs PyTorch; `steps()` and the C interface layer (`fa_course._capi`) do not.
+"""
+from __future__ import annotations
+
+from ._capi import AttentionError, InvalidCallError, Step, UnsupportedInputError
+
+try:
+    from importlib.metadata import PackageNotFoundError, version
+
+    __version__ = version("fa-course")
+except PackageNotFoundError:  # run from the source tree, not installed
+    __version__ = "0+source"
+
+__all__ = ["attention", "steps", "Step", "AttentionError", "InvalidCallError", "UnsupportedInputError"]
+
+
+def steps() -> list:
+    """Every step of the course, in order: number, name, one-line lesson, causal and LSE support."""
+    from . import _capi
+
+    return _capi.steps()
+
+
+try:
+    import torch  # noqa: F401
+except ImportError:  # the torch-free layer still works
+    def attention(*args, **kwargs):
+        raise ImportError("fa_course.attention needs PyTorch (pip install torch)")
+else:
+    from .ops import attention

@@ -1,0 +1,178 @@
+"""The course's C interface (include/fa/c_api.h) through ctypes. No PyTorch here.
+
+Everything the package does goes through four functions of libfa2_capi.so: fa_step_info (the
+steps and their lessons), fa_validate (would this step accept this call? no GPU needed),
+fa_step_describe (its kernel configuration) and fa_forward (run it on a CUDA stream). Tensors
+are device pointers with strides in elements, as the C header says.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+# fa_status_code
+OK, ERROR_INVALID, ERROR_UNSUPPORTED, ERROR_RUNTIME = 0, 1, 2, 3
+# fa_attention_params::causal_align, ::dtype
+CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1
+DTYPE_BF16 = 0
+API_VERSION = 2  # FA_C_API_VERSION this module was written against
+
+LIBRARY_NAME = "libfa2_capi.so"
+ENV_LIBRARY = "FA_COURSE_LIB"  # a path to libfa2_capi.so that overrides the packaged one
+
+
+class AttentionError(RuntimeError):
+    """An error the library reported; `code` is its fa_status_code, the message is the library's."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class InvalidCallError(AttentionError, ValueError):
+    """FA_ERROR_INVALID: the call itself is malformed (unknown step, bad enum, NULL tensor)."""
+
+
+class UnsupportedInputError(AttentionError, ValueError):
+    """FA_ERROR_UNSUPPORTED: the step refused the input (shape, head dim, strides, GPU)."""
+
+
+def error_for(code: int, message: str) -> AttentionError:
+    if code == ERROR_INVALID:
+        return InvalidCallError(code, message)
+    if code == ERROR_UNSUPPORTED:
+        return UnsupportedInputError(code, message)
+    return AttentionError(code, message)
+
+
+class Params(ctypes.Structure):
+    """fa_attention_params, field for field (its size is checked against the library's)."""
+
+    _fields_ = [
+        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("batch", ctypes.c_int64), ("heads_q", ctypes.c_int64), ("heads_kv", ctypes.c_int64),
+        ("seqlen_q", ctypes.c_int64), ("seqlen_kv", ctypes.c_int64), ("head_dim", ctypes.c_int64),
+        ("strides", (ctypes.c_int64 * 4) * 4),
+        ("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int32), ("causal_align", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("reserved", ctypes.c_int64 * 8),
+    ]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One registered step: steps/NN_name and its one-line lesson."""
+
+    number: int
+    name: str
+    lesson: str
+    causal: bool
+    lse: bool
+
+    @property
+    def folder(self) -> str:
+        return f"{self.number:02d}_{self.name}"
+
+
+_lib = None
+
+
+def library_path() -> str:
+    """Where the library is loaded from: $FA_COURSE_LIB, else the copy installed in the package."""
+    path = os.environ.get(ENV_LIBRARY)
+    if path:
+        return path
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_NAME)
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library (once), its interface version and struct size checked."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    path = library_path()
+    if not os.path.exists(path):
+        raise OSError(f"fa_course: {path} not found: install the package (pip install .) or set "
+                      f"{ENV_LIBRARY} to a built libfa2_capi.so")
+    handle = ctypes.CDLL(path)
+    handle.fa_api_version.restype = ctypes.c_int
+    handle.fa_attention_params_size.restype = ctypes.c_size_t
+    handle.fa_num_steps.restype = ctypes.c_int
+    handle.fa_step_info.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_char_p),
+                                    ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int),
+                                    ctypes.POINTER(ctypes.c_int)]
+    handle.fa_validate.argtypes = [ctypes.c_int, ctypes.POINTER(Params), ctypes.c_char_p, ctypes.c_size_t]
+    handle.fa_step_describe.argtypes = [ctypes.c_int, ctypes.POINTER(Params), ctypes.c_char_p, ctypes.c_size_t]
+    handle.fa_forward.argtypes = [ctypes.c_int, ctypes.POINTER(Params), ctypes.c_void_p, ctypes.c_char_p,
+                                  ctypes.c_size_t]
+    if handle.fa_api_version() != API_VERSION:
+        raise OSError(f"fa_course: {path} has C interface version {handle.fa_api_version()}, "
+                      f"this module expects {API_VERSION}")
+    if handle.fa_attention_params_size() != ctypes.sizeof(Params):
+        raise OSError(f"fa_course: {path} has a {handle.fa_attention_params_size()}-byte fa_attention_params, "
+                      f"this module a {ctypes.sizeof(Params)}-byte one")
+    _lib = handle
+    return _lib
+
+
+def steps() -> list:
+    """Every registered step, in order."""
+    out = []
+    handle = lib()
+    for i in range(handle.fa_num_steps()):
+        number, causal, lse = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        name, lesson = ctypes.c_char_p(), ctypes.c_char_p()
+        if handle.fa_step_info(i, ctypes.byref(number), ctypes.byref(name), ctypes.byref(lesson),
+                               ctypes.byref(causal), ctypes.byref(lse)) != OK:
+            raise AttentionError(ERROR_RUNTIME, f"fa_step_info({i}) failed")
+        out.append(Step(number.value, name.value.decode(), lesson.value.decode(), bool(causal.value),
+                        bool(lse.value)))
+    return out
+
+
+def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q: int, heads_kv: int,
+                seqlen_q: int, seqlen_kv: int, head_dim: int, strides: Sequence[Sequence[int]],
+                softmax_scale: float = 0.0, causal: bool = False, bottom_right: bool = False) -> Params:
+    """A filled fa_attention_params: pointers as integers (0 = NULL), strides[tensor][axis] in elements
+    for Q, K, V, O and the axes (batch, head, sequence, dim)."""
+    p = Params()
+    p.q, p.k, p.v, p.o, p.lse = q or None, k or None, v or None, o or None, lse or None
+    p.batch, p.heads_q, p.heads_kv = batch, heads_q, heads_kv
+    p.seqlen_q, p.seqlen_kv, p.head_dim = seqlen_q, seqlen_kv, head_dim
+    for t in range(4):
+        for a in range(4):
+            p.strides[t][a] = int(strides[t][a])
+    p.softmax_scale = float(softmax_scale)
+    p.causal = 1 if causal else 0
+    p.causal_align = CAUSAL_BOTTOM_RIGHT if bottom_right else CAUSAL_TOP_LEFT
+    p.dtype = DTYPE_BF16
+    return p
+
+
+_ERR_LEN = 1024
+
+
+def validate(step: int, p: Params) -> Optional[AttentionError]:
+    """None when step `step` accepts `p`, else the error it would raise. No GPU work."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().fa_validate(step, ctypes.byref(p), err, _ERR_LEN)
+    return None if code == OK else error_for(code, err.value.decode(errors="replace"))
+
+
+def describe(step: int, p: Params) -> str:
+    """The kernel configuration step `step` would use for `p` (empty if it does not say)."""
+    buf = ctypes.create_string_buffer(256)
+    lib().fa_step_describe(step, ctypes.byref(p), buf, 256)
+    return buf.value.decode(errors="replace")
+
+
+def forward(step: int, p: Params, stream: int) -> None:
+    """Queues step `step` on the CUDA stream `stream` (a cudaStream_t as an integer; 0: the legacy
+    default stream). Raises the library's error; asynchronous like any launch."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().fa_forward(step, ctypes.byref(p), ctypes.c_void_p(stream or None), err, _ERR_LEN)
+    if code != OK:
+        raise error_for(code, err.value.decode(errors="replace"))

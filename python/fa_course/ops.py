@@ -1,0 +1,115 @@
+"""`attention` as a PyTorch custom op: `torch.ops.fa_course.forward`, with a fake (meta)
+implementation, so that torch.compile traces it without a graph break and CUDA graphs capture it.
+
+Layout: q is (B, N_q, H_q, D), k and v (B, N_kv, H_kv, D), like flash_attn_func; any strides the
+chosen step accepts (a (B, H, N, D) tensor passed as `x.transpose(1, 2)` is such a view). O comes
+back contiguous (B, N_q, H_q, D), LSE contiguous fp32 (B, H_q, N_q).
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from . import _capi
+
+_ALIGNS = {"top_left": False, "bottom_right": True}
+_refused_by_device: dict = {}  # (device index, step) -> message: steps this GPU cannot run
+
+
+def _strides(t: torch.Tensor) -> list:
+    """(batch, head, sequence, dim) strides of a (B, N, H, D) tensor, in elements."""
+    s = t.stride()
+    return [s[0], s[2], s[1], s[3]]
+
+
+def _params(q, k, v, o, lse, causal, bottom_right, softmax_scale) -> _capi.Params:
+    b, n_q, h_q, d = q.shape
+    return _capi.make_params(
+        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr() if lse is not None else 0,
+        batch=b, heads_q=h_q, heads_kv=k.shape[2], seqlen_q=n_q, seqlen_kv=k.shape[1], head_dim=d,
+        strides=[_strides(q), _strides(k), _strides(v), _strides(o)], softmax_scale=softmax_scale, causal=causal,
+        bottom_right=bottom_right)
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """What the C interface cannot see: tensor kinds. Shapes and strides are the library's to judge."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"fa_course.attention: {name} must be 4-D (B, N, H, D), got shape {tuple(t.shape)}")
+        if not t.is_cuda:
+            raise ValueError(f"fa_course.attention: {name} must be a CUDA tensor, got device {t.device}")
+        if t.dtype != torch.bfloat16:
+            raise ValueError(f"fa_course.attention: {name} must be bfloat16, got {t.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"fa_course.attention: q, k, v on different devices ({q.device}, {k.device}, {v.device})")
+    if k.shape != v.shape:
+        raise ValueError(f"fa_course.attention: k and v differ in shape: {tuple(k.shape)} vs {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"fa_course.attention: q {tuple(q.shape)} and k {tuple(k.shape)} differ in B or D")
+
+
+def _candidates() -> list:
+    """Step numbers, fastest first: the course's later steps are its faster ones."""
+    return sorted((s.number for s in _capi.steps()), reverse=True)
+
+
+@torch.library.custom_op("fa_course::forward", mutates_args=())
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, bottom_right: bool,
+            softmax_scale: float, return_lse: bool, step: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """One attention forward; step < 0: the fastest step that accepts the call on this GPU."""
+    _check(q, k, v)
+    b, n_q, h_q, d = q.shape
+    o = torch.empty((b, n_q, h_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, h_q, n_q) if return_lse else (0,), dtype=torch.float32, device=q.device)
+    p = _params(q, k, v, o, lse if return_lse else None, causal, bottom_right, softmax_scale)
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        if step >= 0:
+            _capi.forward(step, p, stream)
+            return o, lse
+        device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        last: Optional[_capi.AttentionError] = None
+        for s in _candidates():
+            if (device, s) in _refused_by_device:
+                continue
+            err = _capi.validate(s, p)
+            if err is not None:
+                last = err
+                continue
+            try:
+                _capi.forward(s, p, stream)
+                return o, lse
+            except _capi.UnsupportedInputError as e:  # accepted the shape, refused this GPU: remember
+                _refused_by_device[(device, s)] = str(e)
+                last = e
+        raise last if last is not None else _capi.UnsupportedInputError(_capi.ERROR_UNSUPPORTED, "no step accepts this call")
+
+
+@forward.register_fake
+def _forward_fake(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
+    b, n_q, h_q, d = q.shape
+    o = q.new_empty((b, n_q, h_q, d))
+    lse = q.new_empty((b, h_q, n_q) if return_lse else (0,), dtype=torch.float32)
+    return o, lse
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              causal_align: str = "top_left", softmax_scale: Optional[float] = None, return_lse: bool = False,
+              step: Optional[int] = None):
+    """softmax(scale · q·kᵀ [+ causal mask]) · v for (B, N, H, D) bf16 CUDA tensors.
+
+    causal_align: "top_left" (key j visible to query i when j <= i, PyTorch's is_causal) or
+    "bottom_right" (j <= i + N_kv − N_q, flash-attn's). softmax_scale: default 1/sqrt(D).
+    GQA: H_q a multiple of H_kv. return_lse: also LSE = scale·max + log(sum), fp32 (B, H_q, N_q).
+    step: a course step number (fa_course.steps()), or None for the fastest this GPU runs.
+    Returns O (B, N_q, H_q, D), or (O, LSE).
+    """
+    if causal_align not in _ALIGNS:
+        raise ValueError(f"fa_course.attention: causal_align must be 'top_left' or 'bottom_right', got {causal_align!r}")
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    if softmax_scale is not None and not scale > 0.0:
+        raise ValueError(f"fa_course.attention: softmax_scale must be > 0, got {softmax_scale}")
+    o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse),
+                     -1 if step is None else int(step))
+    return (o, lse) if return_lse else o

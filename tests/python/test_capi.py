@@ -1,0 +1,112 @@
+"""The package's torch-free layer (fa_course._capi) against the built library. No GPU, no PyTorch:
+everything here is answered by the library before any CUDA call (fa_validate, and fa_forward's
+checks). Run with FA_COURSE_LIB pointing at a built libfa2_capi.so (the ctest case `python.capi`
+does) or against the installed package."""
+import ctypes
+import os
+import re
+
+import pytest
+
+from fa_course import _capi
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def stand_in(slot: int) -> int:
+    """A fake device address, far from the others, 16-byte aligned; never dereferenced."""
+    return slot << 44
+
+
+def params(head_dim=64, heads_q=4, heads_kv=4, n_q=128, n_kv=128, batch=2, **kw):
+    def contiguous(h, n):  # (B, H, N, D)
+        return [h * n * head_dim, n * head_dim, head_dim, 1]
+
+    strides = [contiguous(heads_q, n_q), contiguous(heads_kv, n_kv), contiguous(heads_kv, n_kv),
+               contiguous(heads_q, n_q)]
+    args = dict(q=stand_in(1), k=stand_in(2), v=stand_in(3), o=stand_in(4), lse=0, batch=batch, heads_q=heads_q,
+                heads_kv=heads_kv, seqlen_q=n_q, seqlen_kv=n_kv, head_dim=head_dim, strides=strides)
+    args.update(kw)
+    return _capi.make_params(**args)
+
+
+def test_library_loads_with_this_modules_struct_layout():
+    lib = _capi.lib()
+    assert lib.fa_api_version() == _capi.API_VERSION
+    assert lib.fa_attention_params_size() == ctypes.sizeof(_capi.Params)
+
+
+def test_steps_are_the_step_folders_in_order_with_lessons():
+    folders = sorted(d for d in os.listdir(os.path.join(ROOT, "steps"))
+                     if re.fullmatch(r"\d\d_\w+", d) and os.path.exists(os.path.join(ROOT, "steps", d, "step.cmake")))
+    listed = _capi.steps()
+    assert [s.folder for s in listed] == folders
+    for s in listed:
+        assert s.lesson.strip(), s
+    by_number = {s.number: s for s in listed}
+    assert by_number[0].causal and not by_number[1].causal  # the naive step masks; online softmax does not
+    assert by_number[7].lse and not by_number[6].lse        # LSE is step 07's lesson
+
+
+def test_a_well_formed_call_validates():
+    assert _capi.validate(0, params()) is None
+
+
+def test_unknown_step_is_an_invalid_call_naming_it():
+    err = _capi.validate(987, params())
+    assert isinstance(err, _capi.InvalidCallError) and isinstance(err, ValueError)
+    assert "unknown step 987" in str(err)
+    with pytest.raises(_capi.InvalidCallError, match="unknown step 987"):
+        _capi.forward(987, params(), 0)
+
+
+def test_unsupported_head_dim_says_what_is_supported():
+    err = _capi.validate(0, params(head_dim=96))
+    assert isinstance(err, _capi.UnsupportedInputError)
+    assert "head dim 96" in str(err) and "supported" in str(err)
+    with pytest.raises(_capi.UnsupportedInputError, match="head dim 96"):
+        _capi.forward(0, params(head_dim=96), 0)
+
+
+def test_heads_not_a_multiple_are_refused():
+    err = _capi.validate(0, params(heads_q=6, heads_kv=4))
+    assert isinstance(err, _capi.UnsupportedInputError), err
+    assert "multiple" in str(err)
+
+
+def test_null_output_is_refused():
+    err = _capi.validate(0, params(o=0))
+    assert isinstance(err, _capi.UnsupportedInputError), err
+    assert "non-null" in str(err)
+
+
+def test_lse_on_a_step_without_it_is_refused():
+    err = _capi.validate(3, params(lse=stand_in(5)))
+    assert isinstance(err, _capi.UnsupportedInputError), err
+    assert "LSE" in str(err) or "lse" in str(err)
+
+
+def test_causal_on_a_step_without_it_is_refused():
+    err = _capi.validate(1, params(causal=True))
+    assert isinstance(err, _capi.UnsupportedInputError), err
+    assert "causal" in str(err)
+
+
+def test_bottom_right_alignment_reaches_the_library():
+    p = params(causal=True, bottom_right=True, n_q=100, n_kv=300)
+    assert p.causal_align == _capi.CAUSAL_BOTTOM_RIGHT
+    assert _capi.validate(5, p) is None
+
+
+def test_error_classes_by_code():
+    assert type(_capi.error_for(_capi.ERROR_INVALID, "x")) is _capi.InvalidCallError
+    assert type(_capi.error_for(_capi.ERROR_UNSUPPORTED, "x")) is _capi.UnsupportedInputError
+    runtime = _capi.error_for(_capi.ERROR_RUNTIME, "cuda failed")
+    assert type(runtime) is _capi.AttentionError and runtime.code == _capi.ERROR_RUNTIME and str(runtime) == "cuda failed"
+
+
+def test_a_missing_library_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(_capi, "_lib", None)
+    monkeypatch.setenv(_capi.ENV_LIBRARY, str(tmp_path / "nowhere.so"))
+    with pytest.raises(OSError, match="not found"):
+        _capi.lib()

@@ -1,0 +1,160 @@
+"""fa_course.attention on a GPU: against PyTorch's SDPA and an fp64 reference on ragged shapes,
+every layout, GQA, both causal alignments, LSE; torch.compile(fullgraph=True), opcheck, CUDA graph
+replay, bad inputs. Skipped without PyTorch or a CUDA GPU (the ctest case `python.torch` then
+reports itself skipped, never passed)."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+
+import fa_course  # noqa: E402
+
+DEV = "cuda"
+# The course's tolerance against an fp32-or-better reference (harness/check.h): |err| <= 0.01 + 0.01·|ref|.
+ATOL, RTOL = 1e-2, 1e-2
+
+
+def reference(q, k, v, causal=False, bottom_right=False, scale=None, lse=False):
+    """fp64 attention of (B, N, H, D) tensors; GQA by repeating K/V heads."""
+    qd, kd, vd = (t.double().transpose(1, 2) for t in (q, k, v))  # (B, H, N, D)
+    group = qd.shape[1] // kd.shape[1]
+    kd, vd = kd.repeat_interleave(group, 1), vd.repeat_interleave(group, 1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = scale * qd @ kd.transpose(-1, -2)
+    if causal:
+        n_q, n_kv = s.shape[-2], s.shape[-1]
+        offset = n_kv - n_q if bottom_right else 0
+        i = torch.arange(n_q, device=s.device)[:, None]
+        j = torch.arange(n_kv, device=s.device)[None, :]
+        s = s.masked_fill(j > i + offset, float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    p = torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+    l = p.sum(-1, keepdim=True)
+    o = (p / torch.where(l == 0, torch.ones_like(l), l)) @ vd
+    o = o.transpose(1, 2)  # (B, N, H, D)
+    if not lse:
+        return o
+    return o, (m + torch.log(l)).squeeze(-1)  # (B, H, N); -inf for a row that sees no key
+
+
+def inputs(b, n_q, n_kv, h_q, h_kv, d, seed=0):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    mk = lambda n, h: torch.randn(b, n, h, d, device=DEV, dtype=torch.bfloat16, generator=g)
+    return mk(n_q, h_q), mk(n_kv, h_kv), mk(n_kv, h_kv)
+
+
+def close(out, ref):
+    torch.testing.assert_close(out.double(), ref.double(), atol=ATOL, rtol=RTOL)
+
+
+SHAPES = [(1, 1, 1, 1, 1, 64), (2, 77, 131, 4, 2, 64), (1, 1013, 1531, 8, 8, 128), (2, 300, 17, 6, 3, 128),
+          (1, 1531, 1013, 4, 1, 64)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}_Nq{}_Nkv{}_H{}_Hkv{}_D{}".format(*s))
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"), (True, "bottom_right")])
+def test_against_fp64_reference_with_lse(shape, causal, align):
+    q, k, v = inputs(*shape)
+    o, lse = fa_course.attention(q, k, v, causal=causal, causal_align=align, return_lse=True)
+    ref_o, ref_lse = reference(q, k, v, causal=causal, bottom_right=align == "bottom_right", lse=True)
+    assert o.shape == q.shape and o.dtype == torch.bfloat16 and o.is_contiguous()
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
+    close(o, ref_o)
+    finite = torch.isfinite(ref_lse)
+    torch.testing.assert_close(lse.double()[finite], ref_lse[finite], atol=1e-3, rtol=1e-3)
+    assert torch.equal(torch.isinf(lse), ~finite)  # rows that see no key: -inf, and only they
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_against_sdpa(causal):
+    q, k, v = inputs(2, 1024, 1024, 8, 8, 128, seed=1)
+    out = fa_course.attention(q, k, v, causal=causal)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                           is_causal=causal).transpose(1, 2)
+    close(out, ref)
+
+
+def test_bhnd_views_and_noncontiguous_layouts():
+    q, k, v = inputs(2, 200, 333, 4, 2, 64, seed=2)
+    ref = reference(q, k, v)
+    bhnd = [t.transpose(1, 2).contiguous() for t in (q, k, v)]  # (B, H, N, D) storage
+    close(fa_course.attention(*(t.transpose(1, 2) for t in bhnd)), ref)  # passed as (B, N, H, D) views
+    wide = [torch.cat([t, t], dim=-1)[..., :64] for t in (q, k, v)]  # row stride 128, not D
+    close(fa_course.attention(*wide), ref)
+
+
+def test_gqa_and_scale():
+    q, k, v = inputs(1, 257, 257, 8, 2, 128, seed=3)
+    close(fa_course.attention(q, k, v, softmax_scale=0.05), reference(q, k, v, scale=0.05))
+
+
+@pytest.mark.parametrize("step", [s.number for s in fa_course.steps() if s.number >= 4])
+def test_every_tensor_core_step_on_this_gpu(step):
+    q, k, v = inputs(1, 130, 190, 2, 1, 64, seed=4)
+    try:
+        out = fa_course.attention(q, k, v, step=step)
+    except fa_course.UnsupportedInputError as e:  # a Hopper step on another GPU: refused, clearly
+        assert "sm_90" in str(e) or "compute capability" in str(e) or "GPU" in str(e), e
+        return
+    close(out, reference(q, k, v))
+
+
+def test_compile_fullgraph():
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(64, 64, dtype=torch.bfloat16, device=DEV)
+
+        def forward(self, q, k, v):
+            return self.proj(fa_course.attention(q, k, v, causal=True))
+
+    block = Block()
+    q, k, v = inputs(2, 128, 128, 4, 4, 64, seed=5)
+    eager = block(q, k, v)
+    compiled = torch.compile(block, fullgraph=True)(q, k, v)
+    torch.testing.assert_close(compiled, eager)
+
+
+def test_opcheck():
+    q, k, v = inputs(1, 64, 96, 2, 1, 64, seed=6)
+    for return_lse in (False, True):
+        torch.library.opcheck(torch.ops.fa_course.forward.default, (q, k, v, True, False, 0.0, return_lse, -1))
+
+
+def test_cuda_graph_replay():
+    q, k, v = inputs(1, 256, 256, 4, 4, 64, seed=7)
+    fa_course.attention(q, k, v)  # warm-up: the step is chosen (and tuned) outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fa_course.attention(q, k, v)
+    for seed in (8, 9):
+        new = inputs(1, 256, 256, 4, 4, 64, seed=seed)
+        for t, n in zip((q, k, v), new):
+            t.copy_(n)
+        graph.replay()
+        torch.cuda.synchronize()
+        close(out, reference(q, k, v))
+
+
+def test_bad_inputs_raise_with_the_librarys_message():
+    q, k, v = inputs(1, 64, 64, 4, 4, 64)
+    with pytest.raises(ValueError, match="bfloat16"):
+        fa_course.attention(q.float(), k, v)
+    with pytest.raises(ValueError, match="CUDA"):
+        fa_course.attention(q.cpu(), k.cpu(), v.cpu())
+    with pytest.raises(ValueError, match="4-D"):
+        fa_course.attention(q[0], k[0], v[0])
+    with pytest.raises(ValueError, match="causal_align"):
+        fa_course.attention(q, k, v, causal=True, causal_align="diagonal")
+    q96, k96, v96 = inputs(1, 64, 64, 4, 4, 96)
+    with pytest.raises(fa_course.UnsupportedInputError, match="head dim 96"):
+        fa_course.attention(q96, k96, v96, step=15)
+    q6, _, _ = inputs(1, 64, 64, 6, 4, 64)
+    with pytest.raises(fa_course.UnsupportedInputError, match="multiple"):
+        fa_course.attention(q6, k, v)
+    with pytest.raises(fa_course.InvalidCallError, match="unknown step 99"):
+        fa_course.attention(q, k, v, step=99)
