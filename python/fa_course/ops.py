@@ -5,8 +5,7 @@ Layout: q is (B, N_q, H_q, D), k and v (B, N_kv, H_kv, D), like flash_attn_func;
 chosen step accepts (a (B, H, N, D) tensor passed as `x.transpose(1, 2)` is such a view). O comes
 back contiguous (B, N_q, H_q, D), LSE contiguous fp32 (B, H_q, N_q).
 """
-from __future__ import annotations
-
+import functools
 from typing import Optional, Tuple
 
 import torch
@@ -49,9 +48,10 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"fa_course.attention: q {tuple(q.shape)} and k {tuple(k.shape)} differ in B or D")
 
 
-def _candidates() -> list:
+@functools.lru_cache(maxsize=None)
+def _candidates() -> tuple:
     """Step numbers, fastest first: the course's later steps are its faster ones."""
-    return sorted((s.number for s in _capi.steps()), reverse=True)
+    return tuple(sorted((s.number for s in _capi.steps()), reverse=True))
 
 
 @torch.library.custom_op("fa_course::forward", mutates_args=())
