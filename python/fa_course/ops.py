@@ -13,7 +13,7 @@ import torch
 from . import _capi
 
 _ALIGNS = {"top_left": False, "bottom_right": True}
-_refused_by_device: dict = {}  # (device index, step) -> message: steps this GPU cannot run
+_refused_by_device: dict = {}  # (device index, step) -> message: steps this GPU cannot run at all
 
 
 def _strides(t: torch.Tensor) -> list:
@@ -80,8 +80,12 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, bot
             try:
                 _capi.forward(s, p, stream)
                 return o, lse
-            except _capi.UnsupportedInputError as e:  # accepted the shape, refused this GPU: remember
-                _refused_by_device[(device, s)] = str(e)
+            except _capi.UnsupportedInputError as e:
+                # Accepted by validate, refused at launch. The GPU check (library/validate.cpp,
+                # check_device) is the one refusal that holds for every later call on this device:
+                # remember it; any other is this call's alone.
+                if "compute capability" in str(e):
+                    _refused_by_device[(device, s)] = str(e)
                 last = e
         raise last if last is not None else _capi.UnsupportedInputError(_capi.ERROR_UNSUPPORTED, "no step accepts this call")
 

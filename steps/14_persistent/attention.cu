@@ -333,6 +333,7 @@ const Capabilities kCaps = [] {
   c.max_seqlen = kTileMaxSeqlen;           // 32-bit row indices
   c.max_batch_heads = kTileMaxBatchHeads;  // B·H_q over the grid's y and z
   c.only_sm = 90;                          // wgmma: sm_90a code, compute capability 9.0 only
+  c.broadcast = false;                     // TMA maps step every dimension: no zero strides
   return c;
 }();
 

@@ -110,3 +110,18 @@ def test_a_missing_library_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv(_capi.ENV_LIBRARY, str(tmp_path / "nowhere.so"))
     with pytest.raises(OSError, match="not found"):
         _capi.lib()
+
+
+def test_tma_steps_refuse_a_broadcast_input_other_steps_take_it():
+    def broadcast_k():
+        p = params()
+        p.strides[1][0] = 0  # K (tensor 1), batch axis (0): one K for every batch entry
+        return p
+
+    for s in _capi.steps():
+        err = _capi.validate(s.number, broadcast_k())
+        if s.number >= 12:  # Q, K and V through TMA tensor maps
+            assert isinstance(err, _capi.UnsupportedInputError), (s.folder, err)
+            assert "zero batch stride" in str(err), (s.folder, err)
+        elif s.number >= 4:
+            assert err is None, (s.folder, err)
