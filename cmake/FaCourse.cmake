@@ -81,7 +81,7 @@ endfunction()
 # fa_step(<NN> <name> [BASE <NN>] [ARCH <architectures>]
 #         [STATIC [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...] [MAX_COUNT <INS:N>...]
 #                 [HMMA_PER_KV_TILE <BLOCK_N>] [KERNEL <regex>]]
-#         [CASES "<case>=<fa2 run arguments>"...] [TESTS_FROM <NN>...])
+#         [CASES "<case>=<fa2 run arguments>"...] [CASES_FROM <NN>] [TESTS_FROM <NN>...])
 # The one call in steps/NN_name/step.cmake. It builds attention.cu into fa_stepNN (an object
 # library, so that its self-registration is always linked) against fa_library, with FA_BUILD_ID
 # set; adds it to fa2 and the C library; and registers with ctest, all labelled stepNN:
@@ -96,9 +96,11 @@ endfunction()
 # say 90a, because wgmma and setmaxnreg exist only in sm_90a code; on another GPU such a step
 # refuses to run (Capabilities::only_sm) and its tests report SKIPPED.
 # BASE is the step this one grows from: scripts/diff_steps.sh NN diffs against it. TESTS_FROM lists
-# earlier steps whose own tests (steps/NN_name/tests/) this step's test program also runs.
+# earlier steps whose own tests (steps/NN_name/tests/) this step's test program also runs;
+# CASES_FROM an earlier step whose cases (its own and those it took) this step runs too.
 function(fa_step nn name)
-  cmake_parse_arguments(A "STATIC" "BASE;ARCH;KERNEL;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;MAX_COUNT;CASES;TESTS_FROM" ${ARGN})
+  cmake_parse_arguments(A "STATIC" "BASE;ARCH;KERNEL;HMMA_PER_KV_TILE;CASES_FROM"
+                        "REQUIRE;FORBID;MIN_COUNT;MAX_COUNT;CASES;TESTS_FROM" ${ARGN})
   set(dir ${FA_STEPS_DIR}/${nn}_${name})
   if(A_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "fa_step(${nn} ${name}): unexpected arguments '${A_UNPARSED_ARGUMENTS}'")
@@ -124,6 +126,15 @@ function(fa_step nn name)
   endif()
 
   set_property(GLOBAL PROPERTY FA_TESTS_FROM_${nn} ${A_TESTS_FROM})
+  set(cases ${A_CASES})
+  if(DEFINED A_CASES_FROM)
+    get_property(from_cases GLOBAL PROPERTY FA_CASES_${A_CASES_FROM})
+    if(NOT from_cases)
+      message(FATAL_ERROR "fa_step(${nn} ${name}): CASES_FROM ${A_CASES_FROM} names no earlier step with cases")
+    endif()
+    set(cases ${from_cases} ${A_CASES})
+  endif()
+  set_property(GLOBAL PROPERTY FA_CASES_${nn} "${cases}")
 
   # The step itself, and the id its tuning cache is keyed by.
   fa_step_id_inputs(id_inputs ${dir})
@@ -182,7 +193,7 @@ function(fa_step nn name)
 
   # The step's named cases through the main tool. fa2 run exits 3 on a mismatch with the
   # reference and 77 when there is no GPU (reported as skipped, never as passed).
-  foreach(c IN LISTS A_CASES)
+  foreach(c IN LISTS cases)
     if(NOT c MATCHES "^([A-Za-z0-9_]+)=(.+)$")
       message(FATAL_ERROR "fa_step(${nn} ${name}): a case is \"name=fa2 run arguments\", got \"${c}\"")
     endif()

@@ -5,8 +5,5 @@
 fa_step(15 intra_wg_overlap BASE 14 ARCH 90a
   STATIC REQUIRE HGMMA UTMALDG SYNCS USETMAXREG FORBID HMMA LDSM LDGSTS MAX_COUNT WARPGROUP.ARRIVE:4
          KERNEL attention_kernel
-  CASES "long_d128=--b 1 --h 4 --n 8192 --d 128"
-        "one_ragged_tile=--b 2 --h 3 --nq 300 --nkv 17 --d 64"
-        "causal_gqa=--b 2 --h 4 --hkv 2 --nq 1531 --nkv 1013 --d 128 --causal --bottom-right"
-        "bnhd_ragged=--b 2 --h 5 --hkv 1 --nq 333 --nkv 1001 --d 64 --bnhd --causal"
+  CASES_FROM 12
   TESTS_FROM 06 07 08 10)
