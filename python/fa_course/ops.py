@@ -5,6 +5,7 @@ Layout: q is (B, N_q, H_q, D), k and v (B, N_kv, H_kv, D), like flash_attn_func;
 chosen step accepts (a (B, H, N, D) tensor passed as `x.transpose(1, 2)` is such a view). O comes
 back contiguous (B, N_q, H_q, D), LSE contiguous fp32 (B, H_q, N_q).
 """
+import ctypes
 import functools
 from typing import Optional, Tuple
 
@@ -84,7 +85,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, bot
                 # Accepted by validate, refused at launch. The GPU check (library/validate.cpp,
                 # check_device) is the one refusal that holds for every later call on this device:
                 # remember it; any other is this call's alone.
-                if "compute capability" in str(e):
+                if "built for compute capability" in str(e):
                     _refused_by_device[(device, s)] = str(e)
                 last = e
         raise last if last is not None else _capi.UnsupportedInputError(_capi.ERROR_UNSUPPORTED, "no step accepts this call")
@@ -112,8 +113,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if causal_align not in _ALIGNS:
         raise ValueError(f"fa_course.attention: causal_align must be 'top_left' or 'bottom_right', got {causal_align!r}")
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
-    if softmax_scale is not None and not scale > 0.0:
-        raise ValueError(f"fa_course.attention: softmax_scale must be > 0, got {softmax_scale}")
+    # In the C struct the scale is an fp32 and 0 means "1/sqrt(D)": a scale that rounds to 0 (or
+    # below) would silently become the default.
+    if softmax_scale is not None and not ctypes.c_float(scale).value > 0.0:
+        raise ValueError(f"fa_course.attention: softmax_scale must be > 0 (in fp32), got {softmax_scale}")
     o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse),
                      -1 if step is None else int(step))
     return (o, lse) if return_lse else o
