@@ -65,4 +65,14 @@ Status make_tile_map(CUtensorMap* map, const char* what, const void* base, int64
   return Status::Ok();
 }
 
+Status make_qkv_tile_maps(QkvTileMaps* maps, const AttentionParams& p, int block_m, int block_n) {
+  if (Status st = make_tile_map(&maps->q, "q", p.q, p.batch, p.heads_q, p.seqlen_q, p.head_dim, p.q_stride, block_m);
+      !st.ok())
+    return st;
+  if (Status st = make_tile_map(&maps->k, "k", p.k, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim, p.k_stride, block_n);
+      !st.ok())
+    return st;
+  return make_tile_map(&maps->v, "v", p.v, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim, p.v_stride, block_n);
+}
+
 }  // namespace fa

@@ -33,4 +33,13 @@ constexpr int kTmaBoxCols = 64;
 Status make_tile_map(CUtensorMap* map, const char* what, const void* base, int64_t batch, int64_t heads, int64_t seqlen,
                      int64_t head_dim, const Strides& strides, int box_rows);
 
+/// The tensor maps of one attention call, as the TMA steps (12 on) take them: Q in boxes of
+/// `block_m` rows, K and V in boxes of `block_n` rows, each through its own strides.
+struct QkvTileMaps {
+  CUtensorMap q, k, v;
+};
+
+/// make_tile_map for Q, K and V of `p`; the first error, naming its tensor.
+Status make_qkv_tile_maps(QkvTileMaps* maps, const AttentionParams& p, int block_m, int block_n);
+
 }  // namespace fa

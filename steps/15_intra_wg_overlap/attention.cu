@@ -71,16 +71,11 @@ struct Config {
   }
 };
 
-// The tensor maps of Q, K and V (library/tma.h): boxes of BLOCK_M rows for Q, BLOCK_N for K and V.
-struct TileMaps {
-  CUtensorMap q, k, v;
-};
-
 // __launch_bounds__(threads, 1): the register cap at entry that setmaxnreg needs.
 template <int HEAD_DIM, typename Cfg>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     attention_kernel(const AttentionParams params, const float scale_log2, const int64_t offset,
-                     const __grid_constant__ TileMaps maps) {
+                     const __grid_constant__ QkvTileMaps maps) {
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N;
   constexpr int STAGES = Cfg::STAGES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
   using QLayout = WgmmaLayout<BLOCK_M, HEAD_DIM>;
@@ -290,18 +285,8 @@ Status launch(const AttentionParams& p, cudaStream_t stream) {
   if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(attention_kernel<HEAD_DIM, Cfg>), smem); !st.ok())
     return st;
   // The tensor maps, by value: boxes of one tile's rows, one 64-column panel wide.
-  TileMaps maps;
-  if (Status st = make_tile_map(&maps.q, "q", p.q, p.batch, p.heads_q, p.seqlen_q, HEAD_DIM, p.q_stride, Cfg::BLOCK_M);
-      !st.ok())
-    return st;
-  if (Status st =
-          make_tile_map(&maps.k, "k", p.k, p.batch, p.heads_kv, p.seqlen_kv, HEAD_DIM, p.k_stride, Cfg::BLOCK_N);
-      !st.ok())
-    return st;
-  if (Status st =
-          make_tile_map(&maps.v, "v", p.v, p.batch, p.heads_kv, p.seqlen_kv, HEAD_DIM, p.v_stride, Cfg::BLOCK_N);
-      !st.ok())
-    return st;
+  QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)
+  if (Status st = make_qkv_tile_maps(&maps, p, Cfg::BLOCK_M, Cfg::BLOCK_N); !st.ok()) return st;
   // As many blocks as run at once (one per SM for these configs), never more than there are tiles.
   const int64_t tiles = cdiv(p.seqlen_q, Cfg::BLOCK_M) * p.batch * p.heads_q;
   if (tiles > kMaxWorkTiles)
