@@ -138,7 +138,7 @@ TEST(PersistentTiles, EveryTileOnceAndCausalWorkBalanced) {
       std::vector<int> visits;
       const std::vector<int64_t> work = block_work(c, causal, /*fold=*/true, &visits);
       for (int v : visits) ASSERT_EQ(v, 1);
-      if (c.m_tiles * c.batch_heads >= 16 * c.grid) {
+      if (c.m_tiles * c.batch_heads >= 8 * c.grid) {  // enough tiles that one more per block is small
         EXPECT_LT(imbalance(work), 1.04);
       }
     }
