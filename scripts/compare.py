@@ -2,8 +2,9 @@
 """Every course step side by side with PyTorch SDPA and a Triton FA2, shape by shape.
 
 `fa2 bench` times the course steps, once per shape (an old build's too, with --baseline); this adds PyTorch SDPA's
-flash, cuDNN and efficient backends, the seed's Triton FA2 and the bf16 GEMM and copy ceilings, checked against an fp32
-reference and timed the same way. Sweep, FLOPs, tolerances and timing options come from `fa2 bench --list --json`.
+flash, cuDNN and efficient backends, the seed's Triton FA2, the course's PyTorch package (fa_course.attention with its
+own step choice, on the library of the build being compared: the same kernels reached the way a model reaches them) and
+the bf16 GEMM and copy ceilings, checked against an fp32 reference and timed the same way. Sweep, FLOPs, tolerances and timing options come from `fa2 bench --list --json`.
 
     python3 scripts/compare.py --fa2 build/fa2 --quick         # N in {1k, 4k}: a few minutes
     python3 scripts/compare.py --fa2 build/fa2                 # the full sweep
@@ -149,7 +150,7 @@ class Torch:
         torch.set_float32_matmul_precision(saved)
         return out, lse
 
-    def measure(self, si, s, skip, triton, meta):
+    def measure(self, si, s, skip, triton, package, meta):
         torch, rows, ready = self.torch, [], []
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -160,8 +161,15 @@ class Torch:
         for pid, label in report.REFS:
             if pid in skip:
                 continue
-            r = row(pid, label, "triton" if pid == "triton_fa2" else "sdpa", s, meta, repeat=0)
-            if pid == "triton_fa2":
+            r = row(pid, label, {"triton_fa2": "triton", "fa_course": "package"}.get(pid, "sdpa"), s, meta, repeat=0)
+            if pid == "fa_course":  # the course as a model calls it: (B, N, H, D) views, the op's own step choice
+                def fn():
+                    if package[0] is None:
+                        raise RuntimeError(package[1])
+                    o, lse = package[0].attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                  causal=s["causal"], return_lse=True)
+                    return o.transpose(1, 2), lse
+            elif pid == "triton_fa2":
                 def fn():
                     if triton[0] is None:
                         raise RuntimeError(triton[1])
@@ -179,6 +187,10 @@ class Torch:
                 rows.append(dict(r, status="unsupported", note="unavailable: " + (str(e).strip().splitlines() or
                                                                                   [type(e).__name__])[0]))
                 continue
+            if pid == "fa_course":
+                r["config"] = "step {}".format(package[0].pick_step(q.transpose(1, 2), k.transpose(1, 2),
+                                                                    v.transpose(1, 2), causal=s["causal"],
+                                                                    return_lse=True))
             ok, err, rel, why = self.check(out, ref, self.tol["o"])
             if lse is not None and not self.check(lse, ref_lse, self.tol["lse"])[0]:
                 ok, why = False, why + "; LSE outside its tolerance"
@@ -242,6 +254,21 @@ def load_triton():
         return None, f"Triton FA2: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
 
 
+def load_package(fa2):
+    """fa_course from this checkout, on the libfa2_capi.so beside `fa2` (the build being compared)
+    unless FA_COURSE_LIB names another."""
+    lib = os.path.join(os.path.dirname(os.path.abspath(fa2)), "libfa2_capi.so")
+    if os.path.exists(lib):
+        os.environ.setdefault("FA_COURSE_LIB", lib)
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    try:
+        import fa_course
+        fa_course.steps()  # loads the library now: a missing or mismatched one is this provider's note
+        return fa_course, ""
+    except Exception as e:
+        return None, f"fa_course: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+
+
 def parse_baseline(spec):
     """TAG=PATH:STEPS; PATH is an old build's fa2, its build folder, or its libfa2_capi.so (fa2 beside it)."""
     tag, _, rest = spec.partition("=")
@@ -260,6 +287,7 @@ def run_gpu(args, fa2, plan, argv):
     baselines = [parse_baseline(b) for b in args.baseline or []]
     skip = set((args.skip_providers or "").split(",")) - {""}
     triton = load_triton() if "triton_fa2" not in skip else (None, "")
+    package = load_package(fa2) if "fa_course" not in skip else (None, "")
     clocks = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
     sampler = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,utilization.gpu", "--format=csv,noheader,nounits",
                                 "-i", "0", "-lms", "500"], stdout=clocks, stderr=subprocess.DEVNULL)
@@ -277,7 +305,7 @@ def run_gpu(args, fa2, plan, argv):
                     rows, raw = rows + got, raw + [dict(b, family=s["family"]) for b in bench]
             for tag, path, steps in baselines:
                 rows += run_bench(path, steps, s, plan["timing"], tag, names, meta)[0]
-            rows += T.measure(si, s, skip, triton, meta)
+            rows += T.measure(si, s, skip, triton, package, meta)
     finally:
         sampler.terminate()
         meta["sm_clock"] = report.clock_summary(clocks.name)
@@ -335,7 +363,7 @@ def selftest(args, fa2):
     res, written = report.write_compare(fake_rows(plan, meta, logs), meta, out, "compare_selftest", readme)
     md, text = report.read(prefix + ".md"), report.read(readme)
     expect = lambda text, needles, what: [f"{what} lacks '{n}'" for n in needles if n not in text]
-    problems += expect(md, ["SDPA cuDNN", "Triton FA2 (seed)", "07_lse_store @old", "**FAIL**", "**ERROR**", "n/a",
+    problems += expect(md, ["SDPA cuDNN", "Triton FA2 (seed)", "fa_course.attention (package, step=None)", "07_lse_store @old", "**FAIL**", "**ERROR**", "n/a",
                             "seeds' shape", "÷ SDPA flash / ÷ SDPA cuDNN", "gemm_bf16", "spread between repeats",
                             "exited with 1: boom", f"‖/‖ref‖ ≤ {plan['tolerance']['o']['max_rel_norm']:g},"], "report")
     problems += expect(text, [report.MARK_BEGIN + "\nbf16 forward", "00_naive", report.MARK_END + "\n## After"] +
@@ -371,7 +399,7 @@ def main(argv=None):
     ap.add_argument("--name", help="file name stem (default: compare_<gpu>[_quick])")
     ap.add_argument("--readme", help="README to update between the results markers (default: README.md)")
     ap.add_argument("--no-readme", action="store_true")
-    ap.add_argument("--skip-providers", help="comma-separated: sdpa_flash,sdpa_cudnn,sdpa_efficient,triton_fa2")
+    ap.add_argument("--skip-providers", help="comma-separated: sdpa_flash,sdpa_cudnn,sdpa_efficient,triton_fa2,fa_course")
     ap.add_argument("--commit", help="commit to stamp the results with (default: git rev-parse)")
     ap.add_argument("--from-csv", metavar="CSV", help="no GPU: rewrite the reports (or --pair) from a CSV this wrote")
     ap.add_argument("--pair", metavar="OLD,NEW", help="with --from-csv: NEW against OLD, e.g. step07@0e4c464,step08")

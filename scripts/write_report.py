@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLUMNS = ("provider,label,kind,step,family,B,H,N_q,N_kv,D,causal,repeat,status,median_ms,min_ms,max_ms,iters,tflops,"
            "gbps,max_abs_err,rel_err,config,note,gpu,commit,date").split(",")
 REFS = [("sdpa_flash", "SDPA flash"), ("sdpa_cudnn", "SDPA cuDNN"), ("sdpa_efficient", "SDPA efficient"),
-        ("triton_fa2", "Triton FA2 (seed)")]
+        ("triton_fa2", "Triton FA2 (seed)"), ("fa_course", "fa_course.attention (package, step=None)")]
 MARK_BEGIN, MARK_END, FAILED = "<!-- results:begin -->", "<!-- results:end -->", ("fail", "error")
 
 
@@ -234,7 +234,7 @@ def write_plot(res, meta, prefix):
         print("[report] warning: matplotlib not installed; no plots")
         return []
     styles = {"sdpa_flash": ("tab:red", "s"), "sdpa_cudnn": ("tab:purple", "^"), "sdpa_efficient": ("tab:brown", "v"),
-              "triton_fa2": ("tab:orange", "D")}
+              "triton_fa2": ("tab:orange", "D"), "fa_course": ("tab:green", "x")}
     cols = 2 if len(groups) > 1 else 1
     fig, axes = plt.subplots(-(-len(groups) // cols), cols, figsize=(6.4 * cols, 4.6 * len(groups) / cols + 1),
                              squeeze=False)

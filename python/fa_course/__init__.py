@@ -4,6 +4,7 @@
     o = fa_course.attention(q, k, v, causal=True)          # (B, N, H, D) bf16 CUDA tensors
     o, lse = fa_course.attention(q, k, v, return_lse=True)
     fa_course.steps()                                      # every step, with its lesson
+    fa_course.pick_step(q, k, v, causal=True)              # the step attention(step=None) runs
 
 `attention` needs PyTorch; `steps()` and the C interface layer (`fa_course._capi`) do not.
 """
@@ -18,7 +19,7 @@ try:
 except PackageNotFoundError:  # run from the source tree, not installed
     __version__ = "0+source"
 
-__all__ = ["attention", "steps", "Step", "AttentionError", "InvalidCallError", "UnsupportedInputError"]
+__all__ = ["attention", "pick_step", "steps", "Step", "AttentionError", "InvalidCallError", "UnsupportedInputError"]
 
 
 def steps() -> list:
@@ -33,5 +34,7 @@ try:
 except ImportError:  # the torch-free layer still works
     def attention(*args, **kwargs):
         raise ImportError("fa_course.attention needs PyTorch (pip install torch)")
+
+    pick_step = attention
 else:
-    from .ops import attention
+    from .ops import attention, pick_step

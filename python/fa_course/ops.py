@@ -55,40 +55,66 @@ def _candidates() -> tuple:
     return tuple(sorted((s.number for s in _capi.steps()), reverse=True))
 
 
+def _stream(device: int) -> int:
+    """The current CUDA stream of `device` as an integer (a cudaStream_t)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object: ~1 µs cheaper
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+def _first_step(p: _capi.Params, device: int) -> Tuple[int, Optional[_capi.AttentionError]]:
+    """The fastest step that accepts `p` and that this GPU has not refused; (-1, why not) if none."""
+    last: Optional[_capi.AttentionError] = None
+    for s in _candidates():
+        if (device, s) in _refused_by_device:
+            continue
+        err = _capi.validate(s, p)
+        if err is None:
+            return s, None
+        last = err
+    return -1, last
+
+
+def _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse):
+    b, n_q, h_q, d = q.shape
+    o = torch.empty((b, n_q, h_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, h_q, n_q) if return_lse else (0,), dtype=torch.float32, device=q.device)
+    return o, lse, _params(q, k, v, o, lse if return_lse else None, causal, bottom_right, softmax_scale)
+
+
+def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
+    """The op's body, on q's device (the caller made it current)."""
+    o, lse, p = _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse)
+    device = q.device.index
+    stream = _stream(device)
+    if step >= 0:
+        _capi.forward(step, p, stream)
+        return o, lse
+    while True:
+        s, why = _first_step(p, device)
+        if s < 0:
+            raise why if why is not None else _capi.UnsupportedInputError(_capi.ERROR_UNSUPPORTED,
+                                                                          "no step accepts this call")
+        try:
+            _capi.forward(s, p, stream)
+            return o, lse
+        except _capi.UnsupportedInputError as e:
+            # Accepted by validate, refused at launch. The GPU check (library/validate.cpp,
+            # check_device) is the one refusal that holds for every later call on this device:
+            # remember it and try the next step; any other is this call's alone.
+            if "built for compute capability" not in str(e):
+                raise
+            _refused_by_device[(device, s)] = str(e)
+
+
 @torch.library.custom_op("fa_course::forward", mutates_args=())
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, bottom_right: bool,
             softmax_scale: float, return_lse: bool, step: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """One attention forward; step < 0: the fastest step that accepts the call on this GPU."""
     _check(q, k, v)
-    b, n_q, h_q, d = q.shape
-    o = torch.empty((b, n_q, h_q, d), dtype=q.dtype, device=q.device)
-    lse = torch.empty((b, h_q, n_q) if return_lse else (0,), dtype=torch.float32, device=q.device)
-    p = _params(q, k, v, o, lse if return_lse else None, causal, bottom_right, softmax_scale)
+    if q.device.index == torch.cuda.current_device():  # the common case skips the device guard's cost
+        return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step)
     with torch.cuda.device(q.device):
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        if step >= 0:
-            _capi.forward(step, p, stream)
-            return o, lse
-        device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-        last: Optional[_capi.AttentionError] = None
-        for s in _candidates():
-            if (device, s) in _refused_by_device:
-                continue
-            err = _capi.validate(s, p)
-            if err is not None:
-                last = err
-                continue
-            try:
-                _capi.forward(s, p, stream)
-                return o, lse
-            except _capi.UnsupportedInputError as e:
-                # Accepted by validate, refused at launch. The GPU check (library/validate.cpp,
-                # check_device) is the one refusal that holds for every later call on this device:
-                # remember it; any other is this call's alone.
-                if "built for compute capability" in str(e):
-                    _refused_by_device[(device, s)] = str(e)
-                last = e
-        raise last if last is not None else _capi.UnsupportedInputError(_capi.ERROR_UNSUPPORTED, "no step accepts this call")
+        return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step)
 
 
 @forward.register_fake
@@ -120,3 +146,19 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse),
                      -1 if step is None else int(step))
     return (o, lse) if return_lse else o
+
+
+def pick_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              causal_align: str = "top_left", return_lse: bool = False) -> int:
+    """The step `attention(q, k, v, ..., step=None)` runs for these tensors and options: the
+    highest-numbered one that accepts them, leaving out the steps this GPU refused at an earlier
+    launch (a Hopper-only step on another GPU is refused at its first launch, then skipped).
+    Launches nothing."""
+    _check(q, k, v)
+    if causal_align not in _ALIGNS:
+        raise ValueError(f"fa_course.pick_step: causal_align must be 'top_left' or 'bottom_right', got {causal_align!r}")
+    _, _, p = _outputs_and_params(q, k, v, bool(causal), _ALIGNS[causal_align], 0.0, bool(return_lse))
+    s, why = _first_step(p, q.device.index)
+    if s < 0:
+        raise why if why is not None else _capi.UnsupportedInputError(_capi.ERROR_UNSUPPORTED, "no step accepts this call")
+    return s

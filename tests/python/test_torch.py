@@ -106,6 +106,20 @@ def test_every_tensor_core_step_on_this_gpu(step):
     close(fa_course.attention(q, k, v, step=step), reference(q, k, v))
 
 
+def test_pick_step_names_the_step_attention_runs():
+    q, k, v = inputs(1, 300, 333, 4, 2, 128, seed=10)
+    auto = fa_course.attention(q, k, v, causal=True, causal_align="bottom_right")  # refusals are learnt here
+    picked = fa_course.pick_step(q, k, v, causal=True, causal_align="bottom_right")
+    if HOPPER:
+        assert picked == max(s.number for s in fa_course.steps())
+    # The kernels are deterministic: the same step on the same inputs gives the same bits.
+    assert torch.equal(auto, fa_course.attention(q, k, v, causal=True, causal_align="bottom_right", step=picked))
+    assert fa_course.pick_step(q, k, v, return_lse=True) >= 7  # the first step that writes LSE
+    q96 = inputs(1, 64, 64, 2, 2, 96)[0]
+    with pytest.raises(fa_course.UnsupportedInputError, match="head dim"):
+        fa_course.pick_step(q96, q96, q96)
+
+
 def test_compile_fullgraph():
     class Block(torch.nn.Module):
         def __init__(self):
