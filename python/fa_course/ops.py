@@ -106,9 +106,7 @@ def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
             _refused_by_device[(device, s)] = str(e)
 
 
-@torch.library.custom_op("fa_course::forward", mutates_args=())
-def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, bottom_right: bool,
-            softmax_scale: float, return_lse: bool, step: int) -> Tuple[torch.Tensor, torch.Tensor]:
+def _forward(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
     """One attention forward; step < 0: the fastest step that accepts the call on this GPU."""
     _check(q, k, v)
     if q.device.index == torch.cuda.current_device():  # the common case skips the device guard's cost
@@ -117,12 +115,25 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, bot
         return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step)
 
 
-@forward.register_fake
 def _forward_fake(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
+    """Shapes and dtypes only, for torch.compile's tracing and meta tensors."""
     b, n_q, h_q, d = q.shape
     o = q.new_empty((b, n_q, h_q, d))
     lse = q.new_empty((b, h_q, n_q) if return_lse else (0,), dtype=torch.float32)
     return o, lse
+
+
+# Registered with the low-level torch.library API: a schema, a kernel for the CUDA (and CPU, which
+# only refuses) dispatch keys, a fake. The @torch.library.custom_op decorator gives the same op with
+# less code, but wraps every call in Python layers that cost about as much again as the op's body
+# (scripts/package_overhead.py measures both). There is no backward: the op is forward-only.
+_LIB = torch.library.Library("fa_course", "DEF")
+_LIB.define("forward(Tensor q, Tensor k, Tensor v, bool causal, bool bottom_right, float softmax_scale, "
+            "bool return_lse, int step) -> (Tensor, Tensor)")
+_LIB.impl("forward", _forward, "CUDA")
+_LIB.impl("forward", _forward, "CPU")  # so that CPU tensors get _check's message, not the dispatcher's
+torch.library.register_fake("fa_course::forward", _forward_fake, lib=_LIB)
+forward = torch.ops.fa_course.forward.default
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

@@ -36,6 +36,22 @@ def test_library_loads_with_this_modules_struct_layout():
     assert lib.fa_attention_params_size() == ctypes.sizeof(_capi.Params)
 
 
+def test_make_params_fills_every_field_it_is_given():
+    strides = [[1000 + 10 * t + a for a in range(4)] for t in range(4)]
+    p = _capi.make_params(q=stand_in(1), k=stand_in(2), v=stand_in(3), o=stand_in(4), lse=stand_in(5), batch=2,
+                          heads_q=6, heads_kv=3, seqlen_q=77, seqlen_kv=131, head_dim=128, strides=strides,
+                          softmax_scale=0.125, causal=True, bottom_right=True)
+    assert [p.q, p.k, p.v, p.o, p.lse] == [stand_in(i) for i in range(1, 6)]
+    assert [p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_kv, p.head_dim] == [2, 6, 3, 77, 131, 128]
+    assert [list(row) for row in p.strides] == strides
+    assert (p.softmax_scale, p.causal, p.causal_align, p.dtype) == (0.125, 1, _capi.CAUSAL_BOTTOM_RIGHT,
+                                                                    _capi.DTYPE_BF16)
+    assert list(p.reserved) == [0] * 8
+    null = _capi.make_params(q=0, k=0, v=0, o=0, lse=0, batch=1, heads_q=1, heads_kv=1, seqlen_q=1, seqlen_kv=1,
+                             head_dim=64, strides=strides)
+    assert [null.q, null.lse, null.causal, null.causal_align] == [None, None, 0, _capi.CAUSAL_TOP_LEFT]
+
+
 def test_steps_are_the_step_folders_in_order_with_lessons():
     folders = sorted(d for d in os.listdir(os.path.join(ROOT, "steps"))
                      if re.fullmatch(r"\d\d_\w+", d) and os.path.exists(os.path.join(ROOT, "steps", d, "step.cmake")))

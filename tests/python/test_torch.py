@@ -2,8 +2,6 @@
 every layout, GQA, both causal alignments, LSE; torch.compile(fullgraph=True), opcheck, CUDA graph
 replay, bad inputs. Skipped without PyTorch or a CUDA GPU (the ctest case `python.torch` then
 reports itself skipped, never passed)."""
-import math
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -11,6 +9,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
 import fa_course  # noqa: E402
+from fa_course.reference import attention_fp64  # noqa: E402
 
 DEV = "cuda"
 # The course's tolerance against an fp32-or-better reference (harness/check.h): |err| <= 0.01 + 0.01·|ref|.
@@ -18,26 +17,10 @@ ATOL, RTOL = 1e-2, 1e-2
 
 
 def reference(q, k, v, causal=False, bottom_right=False, scale=None, lse=False):
-    """fp64 attention of (B, N, H, D) tensors; GQA by repeating K/V heads."""
-    qd, kd, vd = (t.double().transpose(1, 2) for t in (q, k, v))  # (B, H, N, D)
-    group = qd.shape[1] // kd.shape[1]
-    kd, vd = kd.repeat_interleave(group, 1), vd.repeat_interleave(group, 1)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = scale * qd @ kd.transpose(-1, -2)
-    if causal:
-        n_q, n_kv = s.shape[-2], s.shape[-1]
-        offset = n_kv - n_q if bottom_right else 0
-        i = torch.arange(n_q, device=s.device)[:, None]
-        j = torch.arange(n_kv, device=s.device)[None, :]
-        s = s.masked_fill(j > i + offset, float("-inf"))
-    m = s.amax(-1, keepdim=True)
-    p = torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m))
-    l = p.sum(-1, keepdim=True)
-    o = (p / torch.where(l == 0, torch.ones_like(l), l)) @ vd
-    o = o.transpose(1, 2)  # (B, N, H, D)
-    if not lse:
-        return o
-    return o, (m + torch.log(l)).squeeze(-1)  # (B, H, N); -inf for a row that sees no key
+    """fp64 attention of (B, N, H, D) tensors (fa_course.reference)."""
+    o, l = attention_fp64(q, k, v, causal=causal, causal_align="bottom_right" if bottom_right else "top_left",
+                          softmax_scale=scale)
+    return (o, l) if lse else o
 
 
 def inputs(b, n_q, n_kv, h_q, h_kv, d, seed=0):
