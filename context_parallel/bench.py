@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Context-parallel attention, measured. Two modes:
 
-    python3 context_parallel/bench.py --simulate 2 [--n 131072]    # one GPU: the causal idle fraction
-    torchrun --nproc_per_node=2 context_parallel/bench.py [--n 131072]    # P GPUs over NCCL
+    python3 context_parallel/bench.py --simulate 2 [--seqlen 131072]    # one GPU: the causal idle fraction
+    torchrun --nproc_per_node=2 context_parallel/bench.py [--seqlen 131072]    # P GPUs over NCCL
 
 --simulate P times every (rank, ring step) of P simulated ranks one after the other on one GPU,
 for the contiguous and the zigzag layout, and reports the idle fraction of a synchronous ring:
@@ -127,7 +127,7 @@ def distributed(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--simulate", type=int, default=0, help="P simulated ranks on one GPU (no torchrun)")
-    ap.add_argument("--n", type=int, default=131072)
+    ap.add_argument("--seqlen", dest="n", type=int, default=131072)
     ap.add_argument("--b", type=int, default=1)
     ap.add_argument("--h", type=int, default=16)
     ap.add_argument("--h-kv", type=int, default=None)
