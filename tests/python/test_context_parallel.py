@@ -2,7 +2,7 @@
 
 - P simulated ranks in one process: on the CPU with fp64 attention for each step (the merge and the
   ring's bookkeeping alone, exact to fp32), and on a GPU with the course's kernel (bf16 tolerance).
-- The ring over real processes (torchrun, context_parallel/check_ring.py): two CPU processes over
+- The ring over real processes (torchrun, context_parallel/check_ring.py): three CPU processes over
   gloo wherever PyTorch is, and two GPUs over NCCL, skipped with a message where fewer are present.
 Skipped as a whole without PyTorch (the ctest case then reports itself skipped)."""
 import os
@@ -82,8 +82,10 @@ def torchrun(backend, nproc=2):
     return r.returncode, r.stdout + r.stderr
 
 
-def test_ring_over_two_processes_gloo_cpu():
-    rc, out = torchrun("gloo")
+def test_ring_over_three_processes_gloo_cpu():
+    # Three, not two: with two ranks, the slice from rank r − t and the one from r + t are the same,
+    # so a ring turned the wrong way would go unnoticed.
+    rc, out = torchrun("gloo", nproc=3)
     assert rc == 0 and "all ranks agree" in out, out[-4000:]
 
 
