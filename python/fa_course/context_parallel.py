@@ -144,7 +144,9 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seqlen_
                          f"{sum(n for _, n in kv_lay[rank])}")
     acc = Accumulator(q.shape[0], q.shape[1], q.shape[2], q.shape[3], q.device)
     kv = torch.stack([k, v]).contiguous()  # one message per step
-    nxt_rank, prv_rank = (rank + 1) % world, (rank - 1) % world
+    # P2POp takes global ranks; the ring's neighbours are neighbours within the group.
+    peer = (lambda r: r) if group is None else (lambda r: dist.get_global_rank(group, r))
+    nxt_rank, prv_rank = peer((rank + 1) % world), peer((rank - 1) % world)
     for t in range(world):
         src = (rank - t) % world
         pending = []
