@@ -188,9 +188,9 @@ class Torch:
                                                                                   [type(e).__name__])[0]))
                 continue
             if pid == "fa_course":
-                r["config"] = "step {}".format(package[0].pick_step(q.transpose(1, 2), k.transpose(1, 2),
-                                                                    v.transpose(1, 2), causal=s["causal"],
-                                                                    return_lse=True))
+                # Which step, and which of its configurations the tuner chose: fa2 bench's rows say theirs.
+                r["config"] = package[0].describe(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                  causal=s["causal"], return_lse=True)
             ok, err, rel, why = self.check(out, ref, self.tol["o"])
             if lse is not None and not self.check(lse, ref_lse, self.tol["lse"])[0]:
                 ok, why = False, why + "; LSE outside its tolerance"

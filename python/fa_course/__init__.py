@@ -19,7 +19,7 @@ try:
 except PackageNotFoundError:  # run from the source tree, not installed
     __version__ = "0+source"
 
-__all__ = ["attention", "pick_step", "steps", "Step", "AttentionError", "InvalidCallError", "UnsupportedInputError"]
+__all__ = ["attention", "pick_step", "describe", "steps", "Step", "AttentionError", "InvalidCallError", "UnsupportedInputError"]
 
 
 def steps() -> list:
@@ -35,6 +35,6 @@ except ImportError:  # the torch-free layer still works
     def attention(*args, **kwargs):
         raise ImportError("fa_course.attention needs PyTorch (pip install torch)")
 
-    pick_step = attention
+    pick_step = describe = attention
 else:
-    from .ops import attention, pick_step
+    from .ops import attention, describe, pick_step

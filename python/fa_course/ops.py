@@ -159,17 +159,30 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     return (o, lse) if return_lse else o
 
 
+def _picked(q, k, v, causal, causal_align, return_lse, what):
+    _check(q, k, v)
+    if causal_align not in _ALIGNS:
+        raise ValueError(f"fa_course.{what}: causal_align must be 'top_left' or 'bottom_right', got {causal_align!r}")
+    _, _, p = _outputs_and_params(q, k, v, bool(causal), _ALIGNS[causal_align], 0.0, bool(return_lse))
+    s, why = _first_step(p, q.device.index)
+    if s < 0:
+        raise why if why is not None else _capi.UnsupportedInputError(_capi.ERROR_UNSUPPORTED, "no step accepts this call")
+    return s, p
+
+
 def pick_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               causal_align: str = "top_left", return_lse: bool = False) -> int:
     """The step `attention(q, k, v, ..., step=None)` runs for these tensors and options: the
     highest-numbered one that accepts them, leaving out the steps this GPU refused at an earlier
     launch (a Hopper-only step on another GPU is refused at its first launch, then skipped).
     Launches nothing."""
-    _check(q, k, v)
-    if causal_align not in _ALIGNS:
-        raise ValueError(f"fa_course.pick_step: causal_align must be 'top_left' or 'bottom_right', got {causal_align!r}")
-    _, _, p = _outputs_and_params(q, k, v, bool(causal), _ALIGNS[causal_align], 0.0, bool(return_lse))
-    s, why = _first_step(p, q.device.index)
-    if s < 0:
-        raise why if why is not None else _capi.UnsupportedInputError(_capi.ERROR_UNSUPPORTED, "no step accepts this call")
-    return s
+    return _picked(q, k, v, causal, causal_align, return_lse, "pick_step")[0]
+
+
+def describe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+             causal_align: str = "top_left", return_lse: bool = False) -> str:
+    """"step N: <kernel configuration>" for what `attention(..., step=None)` runs on these tensors,
+    e.g. "step 15: BLOCK_M=128 BLOCK_N=128 warps=12 stages=3 (tuned)": the tuner's remembered
+    choice for this shape, or the heuristic's before the first call has tuned it. Launches nothing."""
+    s, p = _picked(q, k, v, causal, causal_align, return_lse, "describe")
+    return f"step {s}: {_capi.describe(s, p)}"
