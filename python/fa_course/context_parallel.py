@@ -102,7 +102,8 @@ def simulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world: int, *, k
              attend: Attend = kernel_attend, timer: Optional[Callable] = None):
     """`world` ranks in one process on whole tensors: shard, run every rank's ring steps in turn,
     unshard. Returns (O, LSE) of the whole sequence. timer(rank, step, fn), if given, runs fn and
-    may time it (the idle-fraction measurement)."""
+    may time it (the idle-fraction measurement); a timer that runs fn more than once merges the
+    same partial again, and the result is then meaningless (the benchmark only times it)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
     n_q, n_kv = q.shape[1], k.shape[1]
     offset = _offset(n_q, n_kv, causal_align)
@@ -138,6 +139,8 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seqlen_
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
     offset = _offset(seqlen_q, seqlen_kv, causal_align)
     q_lay, kv_lay = cp_plan.layout(seqlen_q, world, kind), cp_plan.layout(seqlen_kv, world, kind)
+    # Every rank must pass the same B, H_q, H_kv, D and dtype (only the rows differ): the message
+    # sizes are worked out from this rank's own tensors, and a rank that disagrees hangs the ring.
     if q.shape[1] != sum(n for _, n in q_lay[rank]) or k.shape[1] != sum(n for _, n in kv_lay[rank]):
         raise ValueError(f"context parallel: rank {rank} holds {q.shape[1]} query and {k.shape[1]} key rows; the "
                          f"{kind} layout gives it {sum(n for _, n in q_lay[rank])} and "

@@ -7,6 +7,7 @@ back contiguous (B, N_q, H_q, D), LSE contiguous fp32 (B, H_q, N_q).
 """
 import ctypes
 import functools
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -152,8 +153,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
     # In the C struct the scale is an fp32 and 0 means "1/sqrt(D)": a scale that rounds to 0 (or
     # below) would silently become the default.
-    if softmax_scale is not None and not ctypes.c_float(scale).value > 0.0:
-        raise ValueError(f"fa_course.attention: softmax_scale must be > 0 (in fp32), got {softmax_scale}")
+    if softmax_scale is not None and not 0.0 < ctypes.c_float(scale).value < math.inf:
+        raise ValueError(f"fa_course.attention: softmax_scale must be finite and > 0 (in fp32), got {softmax_scale}")
     o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse),
                      -1 if step is None else int(step))
     return (o, lse) if return_lse else o

@@ -74,10 +74,10 @@ def test_simulated_ranks_with_the_kernel_match_fp64(world, kind, shape, causal, 
     torch.testing.assert_close(lse.double(), ref_lse, atol=1e-3, rtol=1e-3)
 
 
-def torchrun(backend, nproc=2):
+def torchrun(backend, nproc=2, *extra):
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")  # the package as this process found it (PYTHONPATH, FA_COURSE_LIB)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           os.path.join(ROOT, "context_parallel", "check_ring.py"), "--backend", backend]
+           os.path.join(ROOT, "context_parallel", "check_ring.py"), "--backend", backend, *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     return r.returncode, r.stdout + r.stderr
 
@@ -86,6 +86,12 @@ def test_ring_over_three_processes_gloo_cpu():
     # Three, not two: with two ranks, the slice from rank r − t and the one from r + t are the same,
     # so a ring turned the wrong way would go unnoticed.
     rc, out = torchrun("gloo", nproc=3)
+    assert rc == 0 and "all ranks agree" in out, out[-4000:]
+
+
+def test_ring_on_a_process_group_of_its_own_gloo_cpu():
+    # Ranks 1-3 of 4: the ring's neighbours are group ranks, the messages go to global ones.
+    rc, out = torchrun("gloo", 4, "--subgroup")
     assert rc == 0 and "all ranks agree" in out, out[-4000:]
 
 
