@@ -22,15 +22,11 @@ try:  # the installed package, else this checkout's (with FA_COURSE_LIB naming a
 except ImportError:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 from fa_course import context_parallel as cp  # noqa: E402
-from fa_course.reference import attention_fp64  # noqa: E402
+from fa_course.reference import attend_fp64  # noqa: E402
 
 # (B, N_q, N_kv, H_q, H_kv, D, causal, align): ragged lengths, GQA, both alignments, N_q != N_kv.
 CASES = [(1, 1000, 1000, 4, 2, 128, True, "top_left"), (2, 777, 777, 4, 4, 64, False, "top_left"),
          (1, 600, 1531, 8, 2, 64, True, "bottom_right"), (1, 2048, 2048, 2, 1, 128, True, "bottom_right")]
-
-
-def reference_attend(q, k, v, mask, scale):
-    return attention_fp64(q, k, v, causal=mask is not None, causal_align=mask or "top_left", softmax_scale=scale)
 
 
 def main():
@@ -51,7 +47,7 @@ def main():
     members = list(range(1 if a.subgroup else 0, dist.get_world_size()))
     group = dist.new_group(members) if a.subgroup else None
     world = len(members)
-    attend = cp.kernel_attend if gpu else reference_attend
+    attend = cp.kernel_attend if gpu else attend_fp64
     dtype, atol = (torch.bfloat16, 1e-2) if gpu else (torch.float64, 1e-6)
     failed = 0
     me = members.index(rank) if rank in members else -1

@@ -70,11 +70,11 @@ class Accumulator:
         self.lse = torch.full((b, h, n), -math.inf, dtype=torch.float32, device=device)
 
     def merge(self, rows: slice, o_p: torch.Tensor, lse_p: torch.Tensor) -> None:
-        old = self.lse[:, :, rows]
-        new = torch.logaddexp(old, lse_p.float())
+        old, lse_p = self.lse[:, :, rows], lse_p.float()
+        new = torch.logaddexp(old, lse_p)
         seen = torch.isfinite(new)
         w_old = torch.where(seen, torch.exp(old - new), torch.zeros_like(new))
-        w_new = torch.where(seen, torch.exp(lse_p.float() - new), torch.zeros_like(new))
+        w_new = torch.where(seen, torch.exp(lse_p - new), torch.zeros_like(new))
         as_o = lambda w: w.transpose(1, 2).unsqueeze(-1)  # (B, H, n) -> (B, n, H, 1)
         self.o[:, rows] = self.o[:, rows] * as_o(w_old) + o_p.float() * as_o(w_new)
         self.lse[:, :, rows] = new
@@ -91,10 +91,14 @@ def local_step(acc: Accumulator, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         acc.merge(slice(c.q0, c.q1), o_p, lse_p)
 
 
-def _offset(seqlen_q: int, seqlen_kv: int, causal_align: str) -> int:
+def _setup(head_dim: int, seqlen_q: int, seqlen_kv: int, world: int, kind: str, causal_align: str,
+           softmax_scale: Optional[float]):
+    """What every rank works out alike: the scale, the global causal offset, both layouts."""
     if causal_align not in ("top_left", "bottom_right"):
         raise ValueError(f"context parallel: causal_align must be 'top_left' or 'bottom_right', got {causal_align!r}")
-    return seqlen_kv - seqlen_q if causal_align == "bottom_right" else 0
+    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else softmax_scale
+    offset = seqlen_kv - seqlen_q if causal_align == "bottom_right" else 0
+    return scale, offset, cp_plan.layout(seqlen_q, world, kind), cp_plan.layout(seqlen_kv, world, kind)
 
 
 def simulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world: int, *, kind: str = "zigzag",
@@ -104,10 +108,7 @@ def simulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world: int, *, k
     unshard. Returns (O, LSE) of the whole sequence. timer(rank, step, fn), if given, runs fn and
     may time it (the idle-fraction measurement); a timer that runs fn more than once merges the
     same partial again, and the result is then meaningless (the benchmark only times it)."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
-    n_q, n_kv = q.shape[1], k.shape[1]
-    offset = _offset(n_q, n_kv, causal_align)
-    q_lay, kv_lay = cp_plan.layout(n_q, world, kind), cp_plan.layout(n_kv, world, kind)
+    scale, offset, q_lay, kv_lay = _setup(q.shape[-1], q.shape[1], k.shape[1], world, kind, causal_align, softmax_scale)
     ks, vs = [shard(k, world, r, kind) for r in range(world)], [shard(v, world, r, kind) for r in range(world)]
     outs, lses = [], []
     for r in range(world):
@@ -136,9 +137,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seqlen_
     import torch.distributed as dist
 
     rank, world = dist.get_rank(group), dist.get_world_size(group)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
-    offset = _offset(seqlen_q, seqlen_kv, causal_align)
-    q_lay, kv_lay = cp_plan.layout(seqlen_q, world, kind), cp_plan.layout(seqlen_kv, world, kind)
+    scale, offset, q_lay, kv_lay = _setup(q.shape[-1], seqlen_q, seqlen_kv, world, kind, causal_align, softmax_scale)
     # Every rank must pass the same B, H_q, H_kv, D and dtype (only the rows differ): the message
     # sizes are worked out from this rank's own tensors, and a rank that disagrees hangs the ring.
     if q.shape[1] != sum(n for _, n in q_lay[rank]) or k.shape[1] != sum(n for _, n in kv_lay[rank]):

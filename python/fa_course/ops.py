@@ -7,7 +7,6 @@ back contiguous (B, N_q, H_q, D), LSE contiguous fp32 (B, H_q, N_q).
 """
 import ctypes
 import functools
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -90,21 +89,22 @@ def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
     if step >= 0:
         _capi.forward(step, p, stream)
         return o, lse
-    while True:
-        s, why = _first_step(p, device)
-        if s < 0:
-            raise why if why is not None else _capi.UnsupportedInputError(_capi.ERROR_UNSUPPORTED,
-                                                                          "no step accepts this call")
+    # fa_forward validates before any GPU work and writes nothing when it refuses, so the
+    # candidates are tried by launching them: no separate fa_validate on this path.
+    last: Optional[_capi.AttentionError] = None
+    for s in _candidates():
+        if (device, s) in _refused_by_device:
+            continue
         try:
             _capi.forward(s, p, stream)
             return o, lse
         except _capi.UnsupportedInputError as e:
-            # Accepted by validate, refused at launch. The GPU check (library/validate.cpp,
-            # check_device) is the one refusal that holds for every later call on this device:
-            # remember it and try the next step; any other is this call's alone.
-            if "built for compute capability" not in str(e):
-                raise
-            _refused_by_device[(device, s)] = str(e)
+            # The GPU check (library/validate.cpp, check_device) is the one refusal that holds for
+            # every later call on this device: remembered, so that later calls skip the step.
+            if "built for compute capability" in str(e):
+                _refused_by_device[(device, s)] = str(e)
+            last = e
+    raise last if last is not None else _capi.UnsupportedInputError(_capi.ERROR_UNSUPPORTED, "no step accepts this call")
 
 
 def _forward(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
@@ -151,10 +151,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if causal_align not in _ALIGNS:
         raise ValueError(f"fa_course.attention: causal_align must be 'top_left' or 'bottom_right', got {causal_align!r}")
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
-    # In the C struct the scale is an fp32 and 0 means "1/sqrt(D)": a scale that rounds to 0 (or
-    # below) would silently become the default.
-    if softmax_scale is not None and not 0.0 < ctypes.c_float(scale).value < math.inf:
-        raise ValueError(f"fa_course.attention: softmax_scale must be finite and > 0 (in fp32), got {softmax_scale}")
+    # In the C struct the scale is an fp32 and 0 means "1/sqrt(D)": a scale that rounds to 0 would
+    # silently become the default. That is the one case only this layer can see.
+    if softmax_scale is not None and ctypes.c_float(scale).value == 0.0:
+        raise ValueError(f"fa_course.attention: softmax_scale {softmax_scale} rounds to 0 in fp32 (0 asks for the "
+                         "default 1/sqrt(D)); the library refuses other non-positive or non-finite scales itself")
     o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse),
                      -1 if step is None else int(step))
     return (o, lse) if return_lse else o

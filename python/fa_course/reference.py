@@ -29,3 +29,10 @@ def attention_fp64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
     l = p.sum(-1, keepdim=True)
     o = (p / torch.where(l == 0, torch.ones_like(l), l)) @ vd
     return o.transpose(1, 2), (m + torch.log(l)).squeeze(-1)
+
+
+def attend_fp64(q, k, v, mask, softmax_scale):
+    """attention_fp64 in the form fa_course.context_parallel calls a local kernel: mask None,
+    "top_left" or "bottom_right"; returns (O, LSE)."""
+    return attention_fp64(q, k, v, causal=mask is not None, causal_align=mask or "top_left",
+                          softmax_scale=softmax_scale)

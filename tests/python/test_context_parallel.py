@@ -14,14 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fa_course import context_parallel as cp  # noqa: E402
-from fa_course.reference import attention_fp64  # noqa: E402
+from fa_course.reference import attend_fp64, attention_fp64  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPU = torch.cuda.is_available()
-
-
-def fp64_attend(q, k, v, mask, scale):
-    return attention_fp64(q, k, v, causal=mask is not None, causal_align=mask or "top_left", softmax_scale=scale)
 
 
 def inputs(b, n_q, n_kv, h_q, h_kv, d, device, dtype, seed):
@@ -40,7 +36,7 @@ MODES = [(False, "top_left"), (True, "top_left"), (True, "bottom_right")]
 @pytest.mark.parametrize("causal,align", MODES)
 def test_simulated_ranks_on_the_cpu_match_fp64(shape, world, kind, causal, align):
     q, k, v = inputs(*shape, "cpu", torch.float64, seed=world)
-    o, lse = cp.simulate(q, k, v, world, kind=kind, causal=causal, causal_align=align, attend=fp64_attend)
+    o, lse = cp.simulate(q, k, v, world, kind=kind, causal=causal, causal_align=align, attend=attend_fp64)
     ref_o, ref_lse = attention_fp64(q, k, v, causal=causal, causal_align=align)
     torch.testing.assert_close(o, ref_o, atol=1e-6, rtol=1e-6)  # the merge runs in fp32
     seen = torch.isfinite(ref_lse)
@@ -54,7 +50,7 @@ def test_merge_of_two_halves_is_the_whole():
     q, k, v = inputs(1, 20, 30, 2, 2, 8, "cpu", torch.float64, seed=7)
     acc = cp.Accumulator(1, 20, 2, 8, "cpu")
     for lo, hi in ((0, 11), (11, 30)):
-        acc.merge(slice(0, 20), *fp64_attend(q, k[:, lo:hi], v[:, lo:hi], None, 8 ** -0.5))
+        acc.merge(slice(0, 20), *attend_fp64(q, k[:, lo:hi], v[:, lo:hi], None, 8 ** -0.5))
     o, lse = acc.result(torch.float64)
     ref_o, ref_lse = attention_fp64(q, k, v)
     torch.testing.assert_close(o, ref_o, atol=1e-6, rtol=1e-6)
