@@ -3,6 +3,7 @@ everything here is answered by the library before any CUDA call (fa_validate, an
 checks). Run with FA_COURSE_LIB pointing at a built libfa2_capi.so (the ctest case `python.capi`
 does) or against the installed package."""
 import ctypes
+import math
 import os
 import re
 
@@ -50,6 +51,17 @@ def test_make_params_fills_every_field_it_is_given():
     null = _capi.make_params(q=0, k=0, v=0, o=0, lse=0, batch=1, heads_q=1, heads_kv=1, seqlen_q=1, seqlen_kv=1,
                              head_dim=64, strides=strides)
     assert [null.q, null.lse, null.causal, null.causal_align] == [None, None, 0, _capi.CAUSAL_TOP_LEFT]
+
+
+def test_a_scale_past_fp32s_range_becomes_inf_and_is_refused():
+    # C (and ctypes) turn a double beyond fp32's range into ±inf; the library refuses that scale.
+    for big in (1e39, -1e39):
+        p = params(softmax_scale=big)
+        assert p.softmax_scale == math.copysign(math.inf, big)
+        err = _capi.validate(0, p)
+        assert isinstance(err, _capi.UnsupportedInputError) or isinstance(err, ValueError), err
+        assert "scale" in str(err)
+    assert params(softmax_scale=3.4e38).softmax_scale == pytest.approx(3.4e38, rel=1e-7)  # in range: kept
 
 
 def test_steps_are_the_step_folders_in_order_with_lessons():
