@@ -19,22 +19,28 @@ Timing time_on_stream(const std::function<void(cudaStream_t)>& fn, const TimingO
   for (int i = 0; i < opt.warmup; ++i) fn(stream);
   FA_CUDA_CHECK(cudaStreamSynchronize(stream));
 
-  cudaEvent_t start, stop;
-  FA_CUDA_CHECK(cudaEventCreate(&start));
-  FA_CUDA_CHECK(cudaEventCreate(&stop));
-  Timing t;
+  // Every timed run is queued behind one spin kernel that outlasts the host's queueing, and the
+  // host waits only once, after the last: the GPU never idles between runs. Waiting after each run
+  // instead leaves it idle for a few microseconds before the next, and on an H200 a long kernel
+  // launched after such a gap ran up to 13 % slower, by a different amount each repeat (measured on
+  // step 15, D = 128, N = 4k-16k) — while SDPA in scripts/compare.py was timed queued.
+  std::vector<cudaEvent_t> events(2 * size_t(opt.iters), nullptr);
+  for (cudaEvent_t& e : events) FA_CUDA_CHECK(cudaEventCreate(&e));
+  spin_on_stream(kQueueSpinMs, stream);
   for (int i = 0; i < opt.iters; ++i) {
     if (opt.flush_l2) FA_CUDA_CHECK(cudaMemsetAsync(flush.get(), i & 0xFF, flush.bytes(), stream));
-    FA_CUDA_CHECK(cudaEventRecord(start, stream));
+    FA_CUDA_CHECK(cudaEventRecord(events[2 * size_t(i)], stream));
     fn(stream);
-    FA_CUDA_CHECK(cudaEventRecord(stop, stream));
-    FA_CUDA_CHECK(cudaEventSynchronize(stop));
+    FA_CUDA_CHECK(cudaEventRecord(events[2 * size_t(i) + 1], stream));
+  }
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  Timing t;
+  for (int i = 0; i < opt.iters; ++i) {
     float ms = 0;
-    FA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    FA_CUDA_CHECK(cudaEventElapsedTime(&ms, events[2 * size_t(i)], events[2 * size_t(i) + 1]));
     t.samples_ms.push_back(ms);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
   t.median_ms = median(t.samples_ms);
   t.min_ms = *std::min_element(t.samples_ms.begin(), t.samples_ms.end());
   t.max_ms = *std::max_element(t.samples_ms.begin(), t.samples_ms.end());

@@ -24,10 +24,18 @@ struct Timing {
   std::vector<double> samples_ms;
 };
 
-// Runs `fn(stream)` warmup + iters times and times each of the last `iters` runs on its own.
-// Throws on any CUDA error.
+// Runs `fn(stream)` warmup + iters times and times each of the last `iters` runs on its own: all
+// of them queued back to back behind a spin kernel (spin_on_stream), each after its L2 flush, as
+// scripts/compare.py times PyTorch. Throws on any CUDA error.
 Timing time_on_stream(const std::function<void(cudaStream_t)>& fn, const TimingOptions& opt,
                       cudaStream_t stream = nullptr);
+
+// How long the spin in front of the timed runs lasts: far longer than the host takes to queue
+// them (a few microseconds a run), so none of them waits on the host.
+constexpr double kQueueSpinMs = 10.0;
+
+// Queues one kernel that keeps the GPU busy for `ms` milliseconds.
+void spin_on_stream(double ms, cudaStream_t stream);
 
 // Times `step.forward(p)`; a step that refuses `p` throws std::runtime_error with its message.
 Timing time_step(const StepInfo& step, const AttentionParams& p, const TimingOptions& opt,
