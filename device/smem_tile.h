@@ -189,6 +189,19 @@ __device__ __forceinline__ void load_tile_tma(SmemTile<ROWS, WgmmaLayout<ROWS, C
     ptx::tma_load_4d(tile.addr() + panel * ROWS * 128, map, panel * 64, row, head, batch, bar);
 }
 
+/// The other direction (step 16): the copy engine writes a WgmmaLayout tile to the box of
+/// ROWS rows at (row, head, batch) of the tensor map `map`, one box per 64-column panel; rows
+/// past the tensor's N are not written. Called by one thread, after every thread that wrote
+/// the tile has fenced (ptx::fence_proxy_async_shared) and met it at a barrier; the caller
+/// commits the stores into a group and waits on it before the tile is written again.
+template <int ROWS, int COLS>
+__device__ __forceinline__ void store_tile_tma(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>> tile, const void* map, int row,
+                                               int head, int batch) {
+#pragma unroll
+  for (int panel = 0; panel < COLS / 64; ++panel)
+    ptx::tma_store_4d(map, panel * 64, row, head, batch, tile.addr() + panel * ROWS * 128);
+}
+
 #endif  // __CUDACC__
 
 }  // namespace fa::tile

@@ -336,6 +336,32 @@ __device__ __forceinline__ void store_rows(bf16* dst, int64_t stride, const Acc<
   }
 }
 
+/// store_rows into shared memory (step 16): rows [row0, row0 + 16) of a WgmmaLayout tile, each
+/// value times its row's scale and rounded to bf16. Every row is written; the copy out to global
+/// memory is what leaves out rows past N. row0 is a multiple of 8.
+///
+/// Addresses: in a 64-column panel, (row, col) sits at byte row·128 + ((col/8 ^ row%8)·16) +
+/// (col%8)·2. A lane's rows g and g + 8 share row % 8, so every one of its stores is one address
+/// `at` (its row g, column 2t, in panel 0) XOR the chunk's 16-byte step, plus a constant: one
+/// LOP3 with an immediate per store. The 8 rows of one store land in 8 different chunks: no bank
+/// conflicts.
+template <int D, int ROWS>
+__device__ __forceinline__ void store_rows_to_tile(SmemTile<ROWS, WgmmaLayout<ROWS, D>> tile, const Acc<D>& o,
+                                                   Rows scale, int row0) {
+  const int lane = lane_id(), g = lane / 4, t = lane % 4;
+  uint32_t at = tile.addr() + uint32_t(row0 + g) * 128 + uint32_t(g % 8) * 16 + uint32_t(t) * 4;
+  // Computed here, on every call: the compiler would otherwise hoist all of it out of a
+  // persistent kernel's tile loop and keep the results live across the KV loop (a spill).
+  asm volatile("" : "+r"(at));
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int f = 0; f < D / 8; ++f)
+      ptx::st_shared_b32((at ^ uint32_t((f % 8) * 16)) + uint32_t((f / 8) * ROWS * 128 + r * 8 * 128),
+                         ptx::pack_bf16x2(o.c[f][2 * r] * scale.r[r], o.c[f][2 * r + 1] * scale.r[r]));
+  }
+}
+
 /// Writes one fp32 value per row, values[row] for rows [row0, row0 + 16) below valid_rows, from
 /// the first lane of each quad (the four lanes hold the same row value).
 __device__ __forceinline__ void store_row_values(float* dst, Rows x, int row0, int valid_rows) {

@@ -71,6 +71,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
+/// The other direction, one register: a 4-byte store to shared address `addr` (a 32-bit
+/// shared-window address, as the loads above take), for writers that compute their own swizzled
+/// offsets (step 16's O tile).
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
 #endif  // __CUDACC__
 
 }  // namespace fa::ptx

@@ -33,6 +33,12 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   FA_SM90_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/// A barrier for `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
+/// __syncthreads'): one warpgroup waits for its own four warps, the rest of the block runs on.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 }  // namespace fa::ptx
 
 #endif  // __CUDACC__

@@ -29,6 +29,40 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* map, int c
       : "memory");
 }
 
+// ---- the other direction: shared memory to global (step 16) -----------------------------------
+// A store is issued by one thread and tracked by bulk *groups*, like cp.async's: the issuing
+// thread commits its stores into a group and may wait until at most N of its groups are still
+// reading shared memory (wait_group.read: the buffer may be rewritten) or still in flight at all
+// (wait_group: the global writes are done). The copy engine reads shared memory through the
+// async proxy: ordinary writes of the tile need fence_proxy_async_shared() (device/ptx/sm90.h)
+// and a barrier before the store is issued. Boxes that reach past the tensor are clipped: rows
+// past N are not written.
+
+/// Copies shared address `src` to the box at (c0, c1, c2, c3) of the 4-D tensor map `map`.
+__device__ __forceinline__ void tma_store_4d(const void* map, int c0, int c1, int c2, int c3, uint32_t src) {
+  FA_SM90_ASM("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                  reinterpret_cast<uint64_t>(map)),
+              "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+              : "memory");
+}
+
+/// Closes this thread's bulk stores issued so far into one group.
+__device__ __forceinline__ void bulk_commit_group() {
+  FA_SM90_ASM("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+/// Waits until at most N of this thread's committed groups still read their shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  FA_SM90_ASM("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+/// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+  FA_SM90_ASM("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 #endif  // __CUDACC__
 
 }  // namespace fa::ptx
