@@ -11,33 +11,47 @@
 # whole performance picture in one command. A step that fails its check, or a provider that
 # disagrees, fails the run. FA_COMPARE_ARGS: extra compare.py arguments, e.g.
 # --baseline old=/path/to/old/build/fa2:7 to time an old build's step 07 shape by shape beside them.
+# In pieces, on a machine that limits how long one command may run: FA_LOGS_DIR keeps the logs
+# between calls, FA_PHASES names the phases a call runs (default: build sanitizer tests ladder
+# compare report), FA_CTEST_PART and FA_CTEST_ARGS run a part of the tests (e.g. part "a" with
+# -E '^step1', then part "b" with -R '^step1'; the report reads every part's log), the sanitizer
+# pass resumes where the last call's left off, and FA_DEADLINE (seconds since the epoch) stops it
+# starting new runs.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 results=${1:-docs/results}
 build=${BUILD_DIR:-build}
 mkdir -p "$results"
-logs=$(mktemp -d)
+logs=${FA_LOGS_DIR:-$(mktemp -d)}
+mkdir -p "$logs"
+phases=" ${FA_PHASES:-build sanitizer tests ladder compare report} "
+has() { [[ $phases == *" $1 "* ]]; }
+part=${FA_CTEST_PART:+_$FA_CTEST_PART}
 commit=${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 [ -n "$gpu" ] || { echo "gpu_report: no GPU found (nvidia-smi)"; exit 1; }
 slug=$(echo "$gpu" | tr -cs 'A-Za-z0-9' '_' | sed 's/_$//')
 
-echo "== build ($commit on $gpu)"
-gtest_arg=()
-[ -d .deps/googletest ] && gtest_arg=(-DFA_GTEST_SOURCE_DIR=.deps/googletest)
-# shellcheck disable=SC2086
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${gtest_arg[@]}" ${FA_CMAKE_ARGS:-} >"$logs/configure.log" 2>&1 &&
-  cmake --build "$build" -j "$(nproc)" >"$logs/build.log" 2>&1 || { tail -50 "$logs/configure.log" "$logs/build.log"; exit 1; }
+if has build; then
+  echo "== build ($commit on $gpu)"
+  gtest_arg=()
+  [ -d .deps/googletest ] && gtest_arg=(-DFA_GTEST_SOURCE_DIR=.deps/googletest)
+  # shellcheck disable=SC2086
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${gtest_arg[@]}" ${FA_CMAKE_ARGS:-} >"$logs/configure.log" 2>&1 &&
+    cmake --build "$build" -j "$(nproc)" >"$logs/build.log" 2>&1 || { tail -50 "$logs/configure.log" "$logs/build.log"; exit 1; }
+fi
 
 sanitizer_csv="$logs/sanitizer.csv"
-echo "step,tool,result,errors" >"$sanitizer_csv"
+[ -s "$sanitizer_csv" ] || echo "step,tool,result,errors" >"$sanitizer_csv"
 run_sanitizer() {
   # Every step, every tool, at a small ragged GQA shape (causal too where the step supports it).
   # Runs beside the test suite: both are correctness checks, neither is timed.
   for step in $("$build/fa2" list | cut -c1-2); do
     for tool in memcheck racecheck initcheck synccheck; do
       for causal in "" "--causal"; do
+        grep -q "^$step,$tool${causal:+ causal}," "$sanitizer_csv" && continue  # done in an earlier call
+        [ -n "${FA_DEADLINE:-}" ] && [ "$(date +%s)" -ge "$FA_DEADLINE" ] && return
         log="$logs/san_${step}_${tool}${causal:+_causal}.log"
         # shellcheck disable=SC2086
         compute-sanitizer --tool "$tool" --error-exitcode 99 "$build/fa2" run --step "$step" --b 1 --h 2 --hkv 1 \
@@ -63,6 +77,8 @@ run_sanitizer() {
     mutant="$build/fa_mutant_${name/-/_}"
     filter='Ragged.B3_H2_N1x777_D64'
     [ -x "$mutant" ] || continue
+    grep -q "^${name} mutant," "$sanitizer_csv" && continue
+    [ -n "${FA_DEADLINE:-}" ] && [ "$(date +%s)" -ge "$FA_DEADLINE" ] && return
     compute-sanitizer --tool racecheck --error-exitcode 99 "$mutant" --gtest_filter="$filter" \
       >"$logs/san_mutant_${name}.log" 2>&1
     rc=$?
@@ -73,7 +89,7 @@ run_sanitizer() {
   done
 }
 san_pid=
-if [ "${FA_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
+if has sanitizer && [ "${FA_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer (in the background)"
   run_sanitizer &
   san_pid=$!
@@ -81,26 +97,35 @@ fi
 
 # The SM clock while the GPU work runs (not the idle clock before or after it), every 500 ms, for
 # the report; stopped once the ladder is done.
-nvidia-smi --query-gpu=clocks.sm,utilization.gpu --format=csv,noheader,nounits -lms 500 >"$logs/clocks.txt" 2>/dev/null &
+nvidia-smi --query-gpu=clocks.sm,utilization.gpu --format=csv,noheader,nounits -lms 500 >>"$logs/clocks.txt" 2>/dev/null &
 clock_pid=$!
 
-echo "== tests"
-(cd "$build" && ctest -j 8 --timeout 900 --output-on-failure --output-junit "$logs/ctest.xml") >"$logs/ctest.log" 2>&1
-ctest_rc=$?
-grep -E "tests passed|tests failed" "$logs/ctest.log"
-[ -n "$san_pid" ] && wait "$san_pid"
-echo "== sanitizer done: $(grep -c clean "$sanitizer_csv") clean, $(grep -c FAIL "$sanitizer_csv") failed"
-
-echo "== ladder"
-# fa2 bench's ladder preset; the report writer turns the CSVs into the report's tables.
-for d in 64 128; do
+if has tests; then
+  echo "== tests${part:+ (part ${FA_CTEST_PART})}"
   # shellcheck disable=SC2086
-  "$build/fa2" ladder --csv "$logs/ladder_d$d.csv" --d $d ${FA_LADDER_ARGS:-} 2>"$logs/ladder_d$d.err"
-done
+  (cd "$build" && ctest -j 8 --timeout 900 --output-on-failure --output-junit "$logs/ctest$part.xml" ${FA_CTEST_ARGS:-}) \
+    >"$logs/ctest$part.log" 2>&1
+  echo $? >"$logs/ctest$part.rc"
+  grep -E "tests passed|tests failed" "$logs/ctest$part.log"
+fi
+[ -n "$san_pid" ] && wait "$san_pid"
+echo "== sanitizer: $(grep -c clean "$sanitizer_csv") clean, $(grep -c FAIL "$sanitizer_csv") failed so far"
+
+if has ladder; then
+  echo "== ladder"
+  # fa2 bench's ladder preset; the report writer turns the CSVs into the report's tables.
+  for d in 64 128; do
+    # shellcheck disable=SC2086
+    "$build/fa2" ladder --csv "$logs/ladder_d$d.csv" --d $d ${FA_LADDER_ARGS:-} 2>"$logs/ladder_d$d.err"
+  done
+fi
 
 kill "$clock_pid" 2>/dev/null
 
-if [ "${FA_WITH_COMPARE:-0}" = 1 ]; then
+# Every part's exit code: the run fails if any part did.
+ctest_rc=$(cat "$logs"/ctest*.rc 2>/dev/null | sort -n | tail -1)
+ctest_rc=${ctest_rc:-1}
+if has compare && [ "${FA_WITH_COMPARE:-0}" = 1 ]; then
   echo "== compare.py (fa2 bench shape by shape, SDPA, Triton, ceilings)"
   # shellcheck disable=SC2086
   python3 scripts/compare.py --fa2 "$build/fa2" --out "$results" --commit "$commit" ${FA_COMPARE_ARGS:-} \
@@ -110,6 +135,7 @@ if [ "${FA_WITH_COMPARE:-0}" = 1 ]; then
   [ $compare_rc -eq 0 ] || { echo "compare.py failed (exit $compare_rc): a provider disagrees or a step failed"; ctest_rc=1; }
 fi
 
+has report || { echo "== logs: $logs (phases:$phases)"; exit "$ctest_rc"; }
 python3 scripts/write_report.py --logs "$logs" --out "$results" --slug "$slug" --gpu "$gpu" --commit "$commit" \
   --ctest-rc "$ctest_rc"
 # The raw ctest log and XML stay in $logs (printed below): the report keeps their summary — per-step

@@ -2,6 +2,7 @@
 """The one report writer of docs/results/, no GPU needed: the comparison's CSV, markdown, plot and README block
 (write_compare, called by compare.py), and as a command line the GPU report of scripts/gpu_report.sh."""
 import argparse
+import glob
 import csv
 import datetime
 import json
@@ -346,11 +347,13 @@ def ladder_markdown(rows):
 
 def gpu_report(a):
     """<slug>.md (tests, mutants, printed measurements, sanitizer, ladder) and <slug>.csv (the ladder rows)."""
-    log, xml, san = (os.path.join(a.logs, f) for f in ("ctest.log", "ctest.xml", "sanitizer.csv"))
+    # ctest.log and ctest.xml, or one ctest_<part>.log/.xml per part when the tests ran in parts.
+    logs, xmls = (sorted(glob.glob(os.path.join(a.logs, f"ctest*.{ext}"))) for ext in ("log", "xml"))
+    san = os.path.join(a.logs, "sanitizer.csv")
     pat = re.compile(r"Test\s+#\d+: (.+?) \.{3,}\**\s*(Passed|Failed|Skipped|Not Run|Timeout|Exception|\w+)")
-    tests = [m.groups() for m in map(pat.search, read(log).split("\n")) if m]
+    tests = [m.groups() for log in logs for m in map(pat.search, read(log).split("\n")) if m]
     cases = [(c.get("name", ""), "".join(e.text or "" for e in c.iter("system-out")))
-             for c in (ET.parse(xml).getroot().iter("testcase") if os.path.exists(xml) else [])]
+             for xml in xmls for c in ET.parse(xml).getroot().iter("testcase")]
     clock = clock_summary(os.path.join(a.logs, "clocks.txt"))
     L = [f"# GPU results: {a.gpu}", "", f"- commit: `{a.commit}`",
          f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
