@@ -1,3 +1,5 @@
+#include <stdexcept>
+
 #include "harness/cuda_check.h"
 #include "harness/timer.h"
 
@@ -16,6 +18,7 @@ __global__ void spin_kernel(unsigned long long ns) {
 }  // namespace
 
 void spin_on_stream(double ms, cudaStream_t stream) {
+  if (!(ms >= 0 && ms <= 1000)) throw std::invalid_argument("spin_on_stream: 0 to 1000 ms");
   spin_kernel<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(ms * 1e6));
   FA_CUDA_CHECK(cudaGetLastError());
 }

@@ -13,10 +13,11 @@
 # --baseline old=/path/to/old/build/fa2:7 to time an old build's step 07 shape by shape beside them.
 # In pieces, on a machine that limits how long one command may run: FA_LOGS_DIR keeps the logs
 # between calls, FA_PHASES names the phases a call runs (default: build sanitizer tests ladder
-# compare report), FA_CTEST_PART and FA_CTEST_ARGS run a part of the tests (e.g. part "a" with
-# -E '^step1', then part "b" with -R '^step1'; the report reads every part's log), the sanitizer
+# compare report), FA_CTEST_PART and FA_CTEST_ARGS run a part of the tests (e.g.
+# FA_CTEST_PART=a FA_CTEST_ARGS="-E ^step1", then FA_CTEST_PART=b FA_CTEST_ARGS="-R ^step1"; the
+# report reads every part's log, and a part that did not finish counts as failed), the sanitizer
 # pass resumes where the last call's left off, and FA_DEADLINE (seconds since the epoch) stops it
-# starting new runs. FA_SANITIZER_STEPS: the steps it covers (default: every step).
+# starting new runs. A logs folder belongs to one commit: reusing it for another is refused. FA_SANITIZER_STEPS: the steps it covers (default: every step).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -25,6 +26,7 @@ build=${BUILD_DIR:-build}
 mkdir -p "$results"
 logs=${FA_LOGS_DIR:-$(mktemp -d)}
 mkdir -p "$logs"
+logs=$(cd "$logs" && pwd)  # absolute: ctest writes its XML from inside the build folder
 phases=" ${FA_PHASES:-build sanitizer tests ladder compare report} "
 has() { [[ $phases == *" $1 "* ]]; }
 part=${FA_CTEST_PART:+_$FA_CTEST_PART}
@@ -32,6 +34,11 @@ commit=${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 [ -n "$gpu" ] || { echo "gpu_report: no GPU found (nvidia-smi)"; exit 1; }
 slug=$(echo "$gpu" | tr -cs 'A-Za-z0-9' '_' | sed 's/_$//')
+if [ -f "$logs/commit" ] && [ "$(cat "$logs/commit")" != "$commit" ]; then
+  echo "gpu_report: $logs holds the logs of commit $(cat "$logs/commit"), not $commit: use another FA_LOGS_DIR"
+  exit 1
+fi
+echo "$commit" >"$logs/commit"
 
 if has build; then
   echo "== build ($commit on $gpu)"
@@ -102,6 +109,7 @@ clock_pid=$!
 
 if has tests; then
   echo "== tests${part:+ (part ${FA_CTEST_PART})}"
+  echo 124 >"$logs/ctest$part.rc"  # until ctest returns: a part cut short counts as failed
   # shellcheck disable=SC2086
   (cd "$build" && ctest -j 8 --timeout 900 --output-on-failure --output-junit "$logs/ctest$part.xml" ${FA_CTEST_ARGS:-}) \
     >"$logs/ctest$part.log" 2>&1
@@ -122,20 +130,29 @@ fi
 
 kill "$clock_pid" 2>/dev/null
 
-# Every part's exit code: the run fails if any part did.
+# Every part's exit code, and the comparison's: the run fails if any of them did (no test run at
+# all counts as failed, for the report).
 ctest_rc=$(cat "$logs"/ctest*.rc 2>/dev/null | sort -n | tail -1)
 ctest_rc=${ctest_rc:-1}
+[ -f "$logs/compare.rc" ] && [ "$(cat "$logs/compare.rc")" != 0 ] && ctest_rc=1
 if has compare && [ "${FA_WITH_COMPARE:-0}" = 1 ]; then
   echo "== compare.py (fa2 bench shape by shape, SDPA, Triton, ceilings)"
   # shellcheck disable=SC2086
   python3 scripts/compare.py --fa2 "$build/fa2" --out "$results" --commit "$commit" ${FA_COMPARE_ARGS:-} \
     >"$logs/compare.log" 2>&1
   compare_rc=$?
+  echo $compare_rc >"$logs/compare.rc"
   tail -5 "$logs/compare.log"
   [ $compare_rc -eq 0 ] || { echo "compare.py failed (exit $compare_rc): a provider disagrees or a step failed"; ctest_rc=1; }
 fi
 
-has report || { echo "== logs: $logs (phases:$phases)"; exit "$ctest_rc"; }
+if ! has report; then  # a piece: its own work decides its exit code (the build exits above if it fails)
+  echo "== logs: $logs (phases:$phases)"
+  rc=0
+  has tests && rc=$(cat "$logs/ctest$part.rc")
+  has compare && [ -f "$logs/compare.rc" ] && [ "$(cat "$logs/compare.rc")" != 0 ] && rc=1
+  exit "$rc"
+fi
 python3 scripts/write_report.py --logs "$logs" --out "$results" --slug "$slug" --gpu "$gpu" --commit "$commit" \
   --ctest-rc "$ctest_rc"
 # The raw ctest log and XML stay in $logs (printed below): the report keeps their summary — per-step

@@ -8,7 +8,6 @@ are device pointers with strides in elements, as the C header says.
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 import struct
 from dataclasses import dataclass
@@ -148,14 +147,12 @@ def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q
     """A filled fa_attention_params: pointers as integers (0 = NULL), strides[tensor][axis] in elements
     for Q, K, V, O and the axes (batch, head, sequence, dim)."""
     p = Params()  # zeroed, `reserved` included
-    scale = float(softmax_scale)
-    fields = lambda s: (q or 0, k or 0, v or 0, o or 0, lse or 0, batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim,
-                        *(int(x) for row in strides for x in row), s, 1 if causal else 0,
-                        CAUSAL_BOTTOM_RIGHT if bottom_right else CAUSAL_TOP_LEFT, DTYPE_BF16)
-    try:
-        _PACK.pack_into(p, 0, *fields(scale))
-    except OverflowError:  # a finite double past fp32's range: C's conversion (and ctypes') gives ±inf,
-        _PACK.pack_into(p, 0, *fields(math.copysign(math.inf, scale)))  # which the library refuses
+    # The scale as C converts it to fp32: a double past fp32's range becomes ±inf (which the library
+    # refuses), where struct's "f" would raise OverflowError.
+    scale = ctypes.c_float(float(softmax_scale)).value
+    _PACK.pack_into(p, 0, q or 0, k or 0, v or 0, o or 0, lse or 0, batch, heads_q, heads_kv, seqlen_q, seqlen_kv,
+                    head_dim, *(int(x) for row in strides for x in row), scale, 1 if causal else 0,
+                    CAUSAL_BOTTOM_RIGHT if bottom_right else CAUSAL_TOP_LEFT, DTYPE_BF16)
     return p
 
 

@@ -318,7 +318,10 @@ Status launch(const AttentionParams& p, cudaStream_t stream) {
   // The tensor maps, by value: boxes of one tile's rows, one 64-column panel wide.
   QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)
   if (Status st = make_qkv_tile_maps(&maps, p, Cfg::BLOCK_M, Cfg::BLOCK_N); !st.ok()) return st;
-  CUtensorMap o_map;  // O in boxes of one consumer's 64 rows
+  // O in boxes of one consumer's 64 rows. Built for every configuration, the one that stores from
+  // the registers too: what the step accepts (strides TMA can express) does not depend on which
+  // configuration the tuner picks.
+  CUtensorMap o_map;
   if (Status st =
           make_tile_map(&o_map, "o", p.o, p.batch, p.heads_q, p.seqlen_q, p.head_dim, p.o_stride, Cfg::WARPGROUP_ROWS);
       !st.ok())
@@ -356,7 +359,8 @@ tuner::KernelConfig config() {
 // room for the O tiles to spare (at most 177 KiB). D = 128 has no room: step 15's ring filled 225
 // of the 227 KiB. <192, 64, 4> gives up a stage for the tiles (225 KiB); <128, 128, 3> keeps its
 // stages and step 15's store from the registers, because its O tiles would cost a third of its ring
-// (<128, 128, 2> ran 16-23 % slower than step 15 at D = 128 causal, N = 2k-16k: README.md).
+// (with every D = 128 configuration paying for the tile, D = 128 ran 6-22 % slower than step 15 at
+// N >= 4k and at causal N = 2k: README.md).
 const tuner::Tuner kTuner(16, FA_BUILD_ID,
                           {
                               config<64, Config<256, 64, 5>>(),           // 4 consumers, 5 tiles in flight
