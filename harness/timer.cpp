@@ -44,7 +44,7 @@ Timing time_on_stream(const std::function<void(cudaStream_t)>& fn, const TimingO
   // host waits only once, after the last: the GPU never idles between runs. Waiting after each run
   // instead leaves it idle for a few microseconds before the next, and on an H200 a long kernel
   // launched after such a gap ran up to 12 % slower, by a different amount each repeat (measured on
-  // step 15, D = 128, N = 4k-16k) — while SDPA in scripts/compare.py was timed queued.
+  // a Hopper step, D = 128, N = 4k and 16k) — while SDPA in scripts/compare.py was timed queued.
   const EventPairs ev(opt.iters);
   spin_on_stream(kQueueSpinMs, stream);
   for (int i = 0; i < opt.iters; ++i) {

@@ -355,12 +355,16 @@ tuner::KernelConfig config() {
           &launch<HEAD_DIM, Cfg>};
 }
 
-// Per head dim in order of preference (the heuristic's tie-break). D = 64: step 15's, each with
-// room for the O tiles to spare (at most 177 KiB). D = 128 has no room: step 15's ring filled 225
-// of the 227 KiB. <192, 64, 4> gives up a stage for the tiles (225 KiB); <128, 128, 3> keeps its
-// stages and step 15's store from the registers, because its O tiles would cost a third of its ring
-// (with every D = 128 configuration paying for the tile, D = 128 ran 6-22 % slower than step 15 at
-// N >= 4k and at causal N = 2k: README.md).
+// Per head dim in order of preference (the heuristic's tie-break). Four consumers (BLOCK_M = 256)
+// get 112 registers each, three 160, two 240. With two P tiles and one S tile live, D = 128 with
+// 128-key tiles needs two consumers (three spill at 160), and D = 128 with four spills at 112.
+// D = 64: step 15's, each with room for the O tiles to spare (at most 177 KiB). D = 128 has no
+// room: step 15's ring filled 225 of the 227 KiB. <192, 64, 4> gives up a stage for the tiles
+// (225 KiB); <128, 128, 3> keeps its stages and step 15's store from the registers, because its O
+// tiles would cost a third of its ring (with every D = 128 configuration paying for the tile,
+// D = 128 ran 6-22 % slower than step 15 at N >= 4k and at causal N = 2k: README.md).
+// Every entry is compiled (for sm_90a alone), so each one added costs CI minutes: add one only if
+// some shape measurably wins with it.
 const tuner::Tuner kTuner(16, FA_BUILD_ID,
                           {
                               config<64, Config<256, 64, 5>>(),           // 4 consumers, 5 tiles in flight
