@@ -78,6 +78,19 @@ function(fa_step_test_executable target step_target nn)
   target_link_libraries(${target} PRIVATE fa_gpu_suite ${step_target} fa_harness GTest::gtest)
 endfunction()
 
+# fa_step_static_check(<NN> <suffix> [REQUIRE ...] [FORBID ...] [MIN_COUNT ...] [MAX_COUNT ...] [KERNEL regex]):
+# a further SASS check on step NN's objects, the ctest case static.stepNN.<suffix>, for rules that
+# hold for only some of its kernels. A step.cmake calls this, never the checker itself: the
+# library-only build (FA_BUILD_TESTS=OFF, the Python package's) has no checker, and this does nothing.
+function(fa_step_static_check nn suffix)
+  if(NOT FA_BUILD_TESTS)
+    return()
+  endif()
+  fa_sass_check_command(cmd fa_step${nn} ${ARGN})
+  add_test(NAME static.step${nn}.${suffix} COMMAND ${cmd})
+  set_tests_properties(static.step${nn}.${suffix} PROPERTIES LABELS "static;step${nn}")
+endfunction()
+
 # fa_step(<NN> <name> [BASE <NN>] [ARCH <architectures>]
 #         [STATIC [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...] [MAX_COUNT <INS:N>...]
 #                 [HMMA_PER_KV_TILE <BLOCK_N>] [KERNEL <regex>]]

@@ -261,6 +261,13 @@ Status Tuner::run_config(const AttentionParams& p, const std::string& name, cuda
   return c->launch(p, stream);
 }
 
+int Tuner::min_block_m() const {
+  int rows = 0;
+  for (const KernelConfig& c : configs_)
+    if (rows == 0 || c.block_m < rows) rows = c.block_m;
+  return rows;
+}
+
 std::vector<std::string> Tuner::config_names(int head_dim) const {
   std::vector<std::string> names;
   for (const KernelConfig& c : configs_)

@@ -101,6 +101,9 @@ class Tuner {
   /// opt-in shared memory). nullptr if no config for the head dim fits.
   const KernelConfig* heuristic(const AttentionParams& params) const;
 
+  /// The fewest query rows per block of any config: a persistent step's work tiles are counted
+  /// with it (Capabilities::work_tile_rows), so that its limit holds whichever config runs.
+  int min_block_m() const;
   /// Names of the configs compiled for `head_dim`, in preference order.
   std::vector<std::string> config_names(int head_dim) const;
   /// Runs the named config for `params.head_dim`, bypassing the choice (tests and experiments).

@@ -1,6 +1,12 @@
 // The input validation every step shares: one function, called by every step's forward and by the
-// C interface, so the two can never disagree about what is accepted.
+// C interface (fa_validate, fa_forward) and through it by the Python package, so that none of them
+// can disagree about what is accepted. It holds every rule, the launch-time limits of the step's
+// kernels and the GPU check included: what validate accepts, forward runs.
+//
+// Sizes are multiplied in 128 bits (u128): B, H, N and D are each int64, and their products wrap in
+// 64 bits long before any of them is refused on its own (B = H_q = 2^32 makes B·H_q = 0 in int64).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -12,6 +18,14 @@
 namespace fa {
 namespace {
 
+using u128 = unsigned __int128;
+constexpr u128 kAddressSpace = u128(1) << 64;
+constexpr int64_t kInt32Max = 0x7fffffff;
+// TMA tensor maps (library/tma.cpp): strides are 40-bit byte counts, multiples of 16.
+constexpr int64_t kTmaMaxStrideElements = (int64_t(1) << 39) - 8;
+constexpr int kElementBytes = 2;  // bf16, the one element type today
+constexpr int kLseBytes = 4;      // fp32
+
 // No iostreams on the library's paths (see library/autotune.cpp): plain string building only.
 std::string list_dims(const std::vector<int>& dims) {
   std::string s;
@@ -22,18 +36,43 @@ std::string list_dims(const std::vector<int>& dims) {
   return s;
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+std::string str(u128 x) {  // std::to_string has no 128-bit overload
+  if (x == 0) return "0";
+  std::string s;
+  for (; x; x /= 10) s.insert(s.begin(), char('0' + int(x % 10)));
+  return s;
 }
 
-using u128 = unsigned __int128;
+bool aligned(const void* p, unsigned bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
+}
 
-// Bytes from a tensor's first element to one past its last: (Σ (size − 1)·stride + 1) elements of
-// `elem_bytes`, in 128 bits so that no input can overflow it. A dimension of size 1 never steps,
-// so its stride does not count (PyTorch gives such dimensions arbitrary strides).
-u128 extent_bytes(int64_t b, int64_t h, int64_t n, int64_t d, const Strides& s, int elem_bytes) {
-  auto step = [](int64_t size, int64_t stride) { return size > 1 ? u128(size - 1) * u128(uint64_t(stride)) : u128(0); };
-  return (step(b, s.batch) + step(h, s.head) + step(n, s.seq) + step(d, s.dim) + 1) * u128(elem_bytes);
+Status fail(const std::string& m) {
+  return Status::Unsupported("invalid attention input: " + m);
+}
+
+// One rank-4 tensor of the call, as validate sees it.
+struct Tensor {
+  const char* name;
+  const void* ptr;
+  int64_t size[4];    // (batch, head, sequence, dim)
+  int64_t stride[4];  // in elements
+};
+
+constexpr const char* kAxes[4] = {"batch", "head", "sequence", "dim"};
+
+u128 elements(const Tensor& t) {
+  return u128(uint64_t(t.size[0])) * u128(uint64_t(t.size[1])) * u128(uint64_t(t.size[2])) * u128(uint64_t(t.size[3]));
+}
+
+// Bytes from a tensor's first element to one past its last: (Σ (size − 1)·stride + 1) elements.
+// A dimension of size 1 never steps, so its stride does not count (PyTorch gives such dimensions
+// arbitrary strides). Strides are >= 0 when this is called, and the sum fits in 128 bits.
+u128 extent_bytes(const Tensor& t, int elem_bytes) {
+  u128 span = 1;
+  for (int a = 0; a < 4; ++a)
+    if (t.size[a] > 1) span += u128(uint64_t(t.size[a] - 1)) * u128(uint64_t(t.stride[a]));
+  return span * u128(elem_bytes);
 }
 
 bool overlaps(const void* a, u128 a_bytes, const void* b, u128 b_bytes) {
@@ -41,10 +80,133 @@ bool overlaps(const void* a, u128 a_bytes, const void* b, u128 b_bytes) {
   return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
 }
 
+// ---- the rules, in the order validate applies them ----------------------------------------------
+
+// Every tensor's element count fits in 63 bits, so that every later product of sizes in int64 (grid
+// sizes, offsets, byte counts) is exact.
+Status check_sizes(const Tensor& t) {
+  if (elements(t) > (u128(1) << 60))
+    return fail(std::string(t.name) + " has " + str(elements(t)) + " elements (B·H·N·D); at most 2^60 are supported");
+  return Status::Ok();
+}
+
+Status check_strides(const Tensor& t, bool output, const Capabilities& caps) {
+  if (t.stride[3] != 1) return fail(std::string(t.name) + " must have unit stride along the head dim");
+  for (int a = 0; a < 3; ++a) {
+    if (t.size[a] == 1) continue;  // never stepped along: any stride will do
+    if (t.stride[a] < 0) return fail(std::string(t.name) + " strides must be >= 0");
+    // An input may broadcast (stride 0: one K/V shared by every batch entry); an output may not,
+    // or two rows of O would be written to the same place.
+    if (t.stride[a] == 0 && output)
+      return fail(std::string(t.name) + " must not have a zero " + kAxes[a] + " stride (its " + kAxes[a] +
+                  " entries would overwrite each other)");
+    if (t.stride[a] == 0 && !caps.broadcast)
+      return fail(std::string(t.name) + " has a zero " + kAxes[a] +
+                  " stride (a broadcast); this step reads its inputs through TMA tensor maps, which need one row "
+                  "per " +
+                  kAxes[a] + " entry");
+    // 16-byte rows: every step loads a row of D bf16 values with 16-byte vector loads.
+    if (t.stride[a] % 8)
+      return fail(std::string(t.name) + " strides must be multiples of 8 elements (16-byte aligned rows)");
+    if (caps.tma && t.stride[a] > kTmaMaxStrideElements)
+      return fail(std::string(t.name) + "'s " + kAxes[a] + " stride " + std::to_string(t.stride[a]) +
+                  " is past what a TMA tensor map holds (byte strides below 2^40: at most " +
+                  std::to_string(kTmaMaxStrideElements) + " elements)");
+  }
+  return Status::Ok();
+}
+
+// A TMA step addresses its tiles with 32-bit coordinates (batch, head, row) in the tensor maps.
+Status check_tma_sizes(const Tensor& t) {
+  for (int a = 0; a < 3; ++a)
+    if (t.size[a] > kInt32Max)
+      return fail(std::string(t.name) + "'s " + kAxes[a] + " size " + std::to_string(t.size[a]) +
+                  " is past this step's TMA coordinates (32-bit: at most 2147483647)");
+  return Status::Ok();
+}
+
+// The tensor lies inside the address space: its last byte is below 2^64.
+Status check_address_range(const char* name, const void* ptr, u128 bytes) {
+  if (u128(reinterpret_cast<uintptr_t>(ptr)) + bytes > kAddressSpace)
+    return fail(std::string(name) + " would run past the end of the address space (" + str(bytes) +
+                " bytes from its base): its sizes or strides are wrong");
+  return Status::Ok();
+}
+
+// No two elements of the output share an address. Sorted by stride, each axis must step past
+// everything the axes inside it span: stride ≥ Σ (size − 1)·stride of the smaller ones, + 1. That is
+// exact for the layouts PyTorch makes (any permutation of a dense or padded tensor) and refuses the
+// rare interleaved layout that is injective without nesting; a zero stride is refused before.
+Status check_no_self_overlap(const Tensor& t) {
+  int order[4] = {0, 1, 2, 3};
+  std::sort(order, order + 4, [&](int x, int y) { return t.stride[x] < t.stride[y]; });
+  u128 span = 0;  // elements spanned by the axes so far, minus one
+  const char* inner = nullptr;
+  for (int i : order) {
+    if (t.size[i] == 1) continue;
+    if (inner && u128(uint64_t(t.stride[i])) <= span)
+      return fail(std::string(t.name) + "'s " + kAxes[i] + " stride (" + std::to_string(t.stride[i]) +
+                  ") is within the span of its " + inner + " axis (" + str(span + 1) +
+                  " elements): two of its elements would be written to the same place");
+    span += u128(uint64_t(t.size[i] - 1)) * u128(uint64_t(t.stride[i]));
+    inner = kAxes[i];
+  }
+  return Status::Ok();
+}
+
+// The launch limits of the step's kernels: the same numbers its launcher obeys.
+Status check_launch_limits(const AttentionParams& p, const Capabilities& caps) {
+  if (caps.max_seqlen > 0 && (p.seqlen_q > caps.max_seqlen || p.seqlen_kv > caps.max_seqlen))
+    return fail("N_q and N_kv must be at most " + std::to_string(caps.max_seqlen) + " for this step (got N_q=" +
+                std::to_string(p.seqlen_q) + ", N_kv=" + std::to_string(p.seqlen_kv) + ")");
+  const u128 batch_heads = u128(uint64_t(p.batch)) * u128(uint64_t(p.heads_q));
+  if (caps.max_batch_heads > 0 && batch_heads > u128(caps.max_batch_heads))
+    return fail("B·H_q must be at most " + std::to_string(caps.max_batch_heads) + " for this step (got " +
+                str(batch_heads) + ")");
+  if (caps.max_tensor_elements > 0) {
+    const u128 largest = std::max(batch_heads * u128(uint64_t(p.seqlen_q)),
+                                  u128(uint64_t(p.batch)) * u128(uint64_t(p.heads_kv)) * u128(uint64_t(p.seqlen_kv))) *
+                         u128(uint64_t(p.head_dim));
+    if (largest > u128(caps.max_tensor_elements))
+      return fail("tensors of " + str(largest) + " elements exceed this step's limit of " +
+                  std::to_string(caps.max_tensor_elements));
+  }
+  if (caps.max_work_tiles > 0) {
+    const int64_t rows = std::max(caps.work_tile_rows, 1);
+    const u128 tiles = u128(uint64_t((p.seqlen_q + rows - 1) / rows)) * batch_heads;
+    if (tiles > u128(caps.max_work_tiles))
+      return fail("this step numbers its work in 32 bits: at most " + std::to_string(caps.max_work_tiles) +
+                  " tiles of " + std::to_string(rows) + " query rows, B·H_q·⌈N_q/" + std::to_string(rows) + "⌉ (got " +
+                  str(tiles) + ")");
+  }
+  return Status::Ok();
+}
+
+// The compute capability of the current device, read once per device (0: no usable device).
+int device_compute_capability() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};  // major·10 + minor, 0 until read
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // leave no sticky error behind
+    return 0;
+  }
+  if (device >= 0 && device < kDevices)
+    if (const int cc = known[device].load(std::memory_order_relaxed)) return cc;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  const int cc = major * 10 + minor;
+  if (device >= 0 && device < kDevices) known[device].store(cc, std::memory_order_relaxed);
+  return cc;
+}
+
 }  // namespace
 
 Status validate(const AttentionParams& p, const Capabilities& caps) {
-  auto fail = [](const std::string& m) { return Status::Unsupported("invalid attention input: " + m); };
   if (!p.q || !p.k || !p.v || !p.o) return fail("q, k, v and o must be non-null device pointers");
   if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.seqlen_q < 1 || p.seqlen_kv < 1)
     return fail("B, H_q, H_kv, N_q and N_kv must all be >= 1 (got B=" + std::to_string(p.batch) +
@@ -64,83 +226,60 @@ Status validate(const AttentionParams& p, const Capabilities& caps) {
   if (p.lse && !caps.lse) return fail("this step does not write LSE; pass lse = nullptr");
   if (!(p.effective_scale() > 0.0f) || !std::isfinite(p.effective_scale()))
     return fail("softmax scale must be positive and finite");
-  const Strides* all[4] = {&p.q_stride, &p.k_stride, &p.v_stride, &p.o_stride};
-  const char* names[4] = {"q", "k", "v", "o"};
-  for (int t = 0; t < 4; ++t) {
-    const Strides& s = *all[t];
-    const bool q_side = t == 0 || t == 3;  // Q and O are (B, H_q, N_q, D); K and V (B, H_kv, N_kv, D)
-    const int64_t sizes[3] = {p.batch, q_side ? p.heads_q : p.heads_kv, q_side ? p.seqlen_q : p.seqlen_kv};
-    const int64_t strides[3] = {s.batch, s.head, s.seq};
-    const char* axes[3] = {"batch", "head", "sequence"};
-    if (s.dim != 1) return fail(std::string(names[t]) + " must have unit stride along the head dim");
-    for (int a = 0; a < 3; ++a) {
-      if (sizes[a] == 1) continue;  // never stepped along: any stride will do
-      if (strides[a] < 0) return fail(std::string(names[t]) + " strides must be >= 0");
-      if (strides[a] == 0 && t != 3 && !caps.broadcast)
-        return fail(std::string(names[t]) + " has a zero " + axes[a] +
-                    " stride (a broadcast); this step reads its inputs through TMA tensor maps, which need "
-                    "one row per " +
-                    axes[a] + " entry");
-      // 16-byte rows: every step loads a row of D bf16 values with 16-byte vector loads.
-      if (strides[a] % 8)
-        return fail(std::string(names[t]) + " strides must be multiples of 8 elements (16-byte aligned rows)");
-      // An input may broadcast (stride 0: one K/V shared by every batch entry); an output may not,
-      // or two rows of O would be written to the same place.
-      if (t == 3 && strides[a] == 0)
-        return fail(std::string("o must not have a zero ") + axes[a] + " stride (its " + axes[a] +
-                    " entries would overwrite each other)");
-    }
+
+  auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
+    return Tensor{name,
+                  ptr,
+                  {p.batch, q_side ? p.heads_q : p.heads_kv, q_side ? p.seqlen_q : p.seqlen_kv, p.head_dim},
+                  {s.batch, s.head, s.seq, s.dim}};
+  };
+  const Tensor q = tensor("q", p.q, true, p.q_stride), k = tensor("k", p.k, false, p.k_stride),
+               v = tensor("v", p.v, false, p.v_stride), o = tensor("o", p.o, true, p.o_stride);
+  for (const Tensor* t : {&q, &k, &v, &o}) {
+    if (Status st = check_sizes(*t); !st.ok()) return st;
+    if (Status st = check_strides(*t, t == &o, caps); !st.ok()) return st;
+    if (caps.tma)
+      if (Status st = check_tma_sizes(*t); !st.ok()) return st;
   }
-  if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o))
+  if (!aligned(p.q, 16) || !aligned(p.k, 16) || !aligned(p.v, 16) || !aligned(p.o, 16))
     return fail("q, k, v and o must be 16-byte aligned");
-  if (p.lse && (reinterpret_cast<uintptr_t>(p.lse) & 3u) != 0)
-    return fail("lse must be 4-byte aligned (a contiguous (B, H_q, N_q) fp32 array)");
+  if (p.lse && !aligned(p.lse, 4)) return fail("lse must be 4-byte aligned (a contiguous (B, H_q, N_q) fp32 array)");
+
+  const u128 q_bytes = extent_bytes(q, kElementBytes), k_bytes = extent_bytes(k, kElementBytes),
+             v_bytes = extent_bytes(v, kElementBytes), o_bytes = extent_bytes(o, kElementBytes);
+  const u128 lse_bytes = u128(uint64_t(p.batch)) * u128(uint64_t(p.heads_q)) * u128(uint64_t(p.seqlen_q)) * kLseBytes;
+  for (const auto& [t, bytes] : {std::pair{&q, q_bytes}, {&k, k_bytes}, {&v, v_bytes}, {&o, o_bytes}})
+    if (Status st = check_address_range(t->name, t->ptr, bytes); !st.ok()) return st;
+  if (p.lse)
+    if (Status st = check_address_range("lse", p.lse, lse_bytes); !st.ok()) return st;
+
+  if (Status st = check_no_self_overlap(o); !st.ok()) return st;
   // The kernels read Q, K, V while other blocks already write O: O must share no byte with them.
-  const u128 o_bytes = extent_bytes(p.batch, p.heads_q, p.seqlen_q, p.head_dim, p.o_stride, 2);
-  const u128 q_bytes = extent_bytes(p.batch, p.heads_q, p.seqlen_q, p.head_dim, p.q_stride, 2);
-  const u128 k_bytes = extent_bytes(p.batch, p.heads_kv, p.seqlen_kv, p.head_dim, p.k_stride, 2);
-  const u128 v_bytes = extent_bytes(p.batch, p.heads_kv, p.seqlen_kv, p.head_dim, p.v_stride, 2);
   if (overlaps(p.o, o_bytes, p.q, q_bytes) || overlaps(p.o, o_bytes, p.k, k_bytes) ||
       overlaps(p.o, o_bytes, p.v, v_bytes))
     return fail("o overlaps q, k or v: the output must be a separate buffer (no in-place attention)");
-  if (p.lse) {
-    const u128 lse_bytes = u128(uint64_t(p.batch * p.heads_q * p.seqlen_q)) * 4;
-    if (overlaps(p.lse, lse_bytes, p.o, o_bytes) || overlaps(p.lse, lse_bytes, p.q, q_bytes) ||
-        overlaps(p.lse, lse_bytes, p.k, k_bytes) || overlaps(p.lse, lse_bytes, p.v, v_bytes))
-      return fail("lse overlaps q, k, v or o: it must be a separate buffer");
-  }
+  if (p.lse && (overlaps(p.lse, lse_bytes, p.o, o_bytes) || overlaps(p.lse, lse_bytes, p.q, q_bytes) ||
+                overlaps(p.lse, lse_bytes, p.k, k_bytes) || overlaps(p.lse, lse_bytes, p.v, v_bytes)))
+    return fail("lse overlaps q, k, v or o: it must be a separate buffer");
+
   // Launch limits of the step's kernels, here rather than in its launcher, so that fa_validate
   // accepts exactly what forward accepts.
-  if (caps.max_seqlen > 0 && (p.seqlen_q > caps.max_seqlen || p.seqlen_kv > caps.max_seqlen))
-    return fail("N_q and N_kv must be at most " + std::to_string(caps.max_seqlen) + " for this step (got N_q=" +
-                std::to_string(p.seqlen_q) + ", N_kv=" + std::to_string(p.seqlen_kv) + ")");
-  if (caps.max_batch_heads > 0 && p.batch * p.heads_q > caps.max_batch_heads)
-    return fail("B·H_q must be at most " + std::to_string(caps.max_batch_heads) + " for this step (got " +
-                std::to_string(p.batch * p.heads_q) + ")");
-  if (caps.max_tensor_elements > 0) {
-    int64_t largest = std::max(p.batch * p.heads_q * p.seqlen_q, p.batch * p.heads_kv * p.seqlen_kv) * p.head_dim;
-    if (largest > caps.max_tensor_elements)
-      return fail("tensors of " + std::to_string(largest) + " elements exceed this step's limit of " +
-                  std::to_string(caps.max_tensor_elements));
-  }
-  return Status::Ok();
+  if (Status st = check_launch_limits(p, caps); !st.ok()) return st;
+  // Last, since it is the one rule about the machine rather than the call.
+  return check_device(caps);
 }
 
 Status check_device(const Capabilities& caps) {
   if (caps.only_sm == 0) return Status::Ok();
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();  // leave no sticky error behind
-    return Status::Unsupported("this step needs a GPU of compute capability " + std::to_string(caps.only_sm / 10) +
-                               "." + std::to_string(caps.only_sm % 10) + " and no CUDA device is usable");
-  }
-  if (major * 10 + minor != caps.only_sm)
-    return Status::Unsupported("this step's kernels are built for compute capability " +
-                               std::to_string(caps.only_sm / 10) + "." + std::to_string(caps.only_sm % 10) +
-                               " only (sm_" + std::to_string(caps.only_sm) + "a: H100, H200); this GPU is " +
-                               std::to_string(major) + "." + std::to_string(minor));
+  const std::string needed = std::to_string(caps.only_sm / 10) + "." + std::to_string(caps.only_sm % 10);
+  const int cc = device_compute_capability();
+  if (cc == 0)
+    return Status::Unsupported("this step needs a GPU of compute capability " + needed +
+                               " and no CUDA device is usable");
+  if (cc != caps.only_sm)
+    return Status::Unsupported("this step's kernels are built for compute capability " + needed + " only (sm_" +
+                               std::to_string(caps.only_sm) + "a: H100, H200); this GPU is " + std::to_string(cc / 10) +
+                               "." + std::to_string(cc % 10));
   return Status::Ok();
 }
 

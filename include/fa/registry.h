@@ -25,6 +25,15 @@ struct Capabilities {
   int64_t max_seqlen = 0;
   /// Largest B·H_q the step's grid spreads (0: no limit).
   int64_t max_batch_heads = 0;
+  /// Largest number of work tiles, B·H_q·⌈N_q / work_tile_rows⌉, the step numbers (0: no limit):
+  /// a grid of one block per tile, or a persistent grid's 32-bit tile counter.
+  int64_t max_work_tiles = 0;
+  /// Query rows of one work tile for `max_work_tiles`: the smallest BLOCK_M of the step's configs,
+  /// so that the check holds whichever the tuner picks.
+  int work_tile_rows = 1;
+  /// Its tensors are read (or written) through TMA tensor maps: sizes are 32-bit coordinates there,
+  /// strides 40-bit byte counts, so validate refuses sizes past 2^31 − 1 and strides past 2^39 − 8.
+  bool tma = false;
   /// Accepts a zero stride on an input dimension longer than 1 (one K/V shared by every batch
   /// entry, say). The TMA steps do not: their tensor maps step every dimension they index.
   bool broadcast = true;
@@ -79,13 +88,19 @@ struct StepRegistrar {
   const ::fa::StepRegistrar fa_step_registrar_{::fa::StepInfo __VA_ARGS__}; \
   }
 
-/// @brief Checks `params` against `caps` and the rules every step shares (non-null pointers,
-/// positive sizes, divisible head groups, unit dim stride, 16-byte aligned rows).
-/// @return Ok, or an error naming the first problem and what is supported.
+/// @brief Checks `params` against `caps` and the rules every step shares: non-null pointers,
+/// positive sizes whose products fit (computed in 128 bits), divisible head groups, unit dim
+/// stride, 16-byte aligned rows, tensors inside the address space, an output whose elements never
+/// share an address and that shares no byte with the inputs, the step's launch limits
+/// (`max_seqlen`, `max_batch_heads`, `max_work_tiles`, TMA's coordinates and strides), and last
+/// `check_device`. Every step's forward calls it first, and so does `fa_validate`: what it
+/// accepts, forward runs. It queries the current device's compute capability (once per device)
+/// for a step pinned to one GPU generation, and launches nothing.
+/// @return Ok, or an Unsupported status naming the first problem and what is supported.
 Status validate(const AttentionParams& params, const Capabilities& caps);
 
-/// @brief Can the current CUDA device run a step with these capabilities (`only_sm`)? A property
-/// of the GPU, not of the input, so it is separate from validate: shapes validate without a GPU.
+/// @brief Can the current CUDA device run a step with these capabilities (`only_sm`)? The last rule
+/// of `validate`, also callable alone. Without a usable CUDA device a pinned step is refused.
 /// @return Ok, or an error naming the GPU's compute capability and the one the step needs.
 Status check_device(const Capabilities& caps);
 

@@ -5,7 +5,6 @@ Layout: q is (B, N_q, H_q, D), k and v (B, N_kv, H_kv, D), like flash_attn_func;
 chosen step accepts (a (B, H, N, D) tensor passed as `x.transpose(1, 2)` is such a view). O comes
 back contiguous (B, N_q, H_q, D), LSE contiguous fp32 (B, H_q, N_q).
 """
-import ctypes
 import functools
 from typing import Optional, Tuple
 
@@ -14,6 +13,9 @@ import torch
 from . import _capi
 
 _ALIGNS = {"top_left": False, "bottom_right": True}
+# The largest magnitude that rounds to 0 in fp32 (half the smallest subnormal, 2^-149; the tie goes
+# to the even neighbour, 0). Plain float arithmetic, so that torch.compile traces the check.
+_FP32_ROUNDS_TO_ZERO = 2.0 ** -150
 _refused_by_device: dict = {}  # (device index, step) -> message: steps this GPU cannot run at all
 
 
@@ -127,7 +129,7 @@ def _forward_fake(q, k, v, causal, bottom_right, softmax_scale, return_lse, step
 # Registered with the low-level torch.library API: a schema, a kernel for the CUDA (and CPU, which
 # only refuses) dispatch keys, a fake. The @torch.library.custom_op decorator gives the same op with
 # less code, but wraps every call in Python layers that cost about as much again as the op's body
-# (scripts/package_overhead.py measures both). There is no backward: the op is forward-only.
+# (scripts/package_overhead.py measures both).
 _LIB = torch.library.Library("fa_course", "DEF")
 _LIB.define("forward(Tensor q, Tensor k, Tensor v, bool causal, bool bottom_right, float softmax_scale, "
             "bool return_lse, int step) -> (Tensor, Tensor)")
@@ -135,6 +137,51 @@ _LIB.impl("forward", _forward, "CUDA")
 _LIB.impl("forward", _forward, "CPU")  # so that CPU tensors get _check's message, not the dispatcher's
 torch.library.register_fake("fa_course::forward", _forward_fake, lib=_LIB)
 forward = torch.ops.fa_course.forward.default
+
+# ---- autograd ---------------------------------------------------------------------------------
+# Without an autograd kernel PyTorch only warns and q, k, v silently get no gradient from the op.
+# The backward pass is its own op, so that torch.compile traces a graph through it (its fake gives
+# the shapes) and the refusal comes when a gradient is asked for, not when a model is compiled or
+# run for inference with inputs that require grad. The course's backward kernels will implement
+# it; until then it raises.
+BACKWARD_MISSING = ("fa_course.attention has no backward pass yet: the course's backward kernels are not built, so "
+                    "q, k and v cannot get a gradient from it. Run attention under torch.no_grad() (inference), or "
+                    "use an attention that trains (torch.nn.functional.scaled_dot_product_attention; in transformers, "
+                    "attn_implementation='sdpa').")
+
+_LIB.define("backward(Tensor grad_o, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, "
+            "bool bottom_right, float softmax_scale) -> (Tensor, Tensor, Tensor)")
+
+
+def _backward_kernel(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale):
+    raise NotImplementedError(BACKWARD_MISSING)
+
+
+def _backward_fake(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+_LIB.impl("backward", _backward_kernel, "CUDA")
+_LIB.impl("backward", _backward_kernel, "CPU")
+torch.library.register_fake("fa_course::backward", _backward_fake, lib=_LIB)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, bottom_right, softmax_scale, _, _ = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.options = (causal, bottom_right, softmax_scale)
+
+
+def _backward(ctx, grad_o, grad_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    if grad_o is None:
+        grad_o = torch.zeros_like(o)
+    dq, dk, dv = torch.ops.fa_course.backward.default(grad_o, q, k, v, o, lse, *ctx.options)
+    return dq, dk, dv, None, None, None, None, None
+
+
+torch.library.register_autograd("fa_course::forward", _backward, setup_context=_setup_context, lib=_LIB)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
@@ -147,13 +194,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     GQA: H_q a multiple of H_kv. return_lse: also LSE = scale·max + log(sum), fp32 (B, H_q, N_q).
     step: a course step number (fa_course.steps()), or None for the fastest this GPU runs.
     Returns O (B, N_q, H_q, D), or (O, LSE).
+
+    Forward only: with inputs that require grad the op runs, and asking for a gradient through it
+    raises NotImplementedError (fa_course.ops.BACKWARD_MISSING) rather than giving none.
     """
     if causal_align not in _ALIGNS:
         raise ValueError(f"fa_course.attention: causal_align must be 'top_left' or 'bottom_right', got {causal_align!r}")
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
     # In the C struct the scale is an fp32 and 0 means "1/sqrt(D)": a scale that rounds to 0 would
     # silently become the default. That is the one case only this layer can see.
-    if softmax_scale is not None and ctypes.c_float(scale).value == 0.0:
+    if softmax_scale is not None and abs(scale) <= _FP32_ROUNDS_TO_ZERO:
         raise ValueError(f"fa_course.attention: softmax_scale {softmax_scale} rounds to 0 in fp32 (0 asks for the "
                          "default 1/sqrt(D)); the library refuses other non-positive or non-finite scales itself")
     o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse),

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "library/cuda_status.h"
+#include "library/launch_limits.h"
 #include "device/mask.h"
 #include "fa/registry.h"
 
@@ -115,6 +116,8 @@ const Capabilities kCaps = [] {
   c.causal = true;
   c.lse = true;
   c.gqa = true;
+  c.max_seqlen = kTileMaxSeqlen;  // N_q·N_kv scores per head stay far inside 64 bits
+  c.max_work_tiles = kMaxGridX;   // the softmax kernel's grid: one block per query row
   return c;
 }();
 

@@ -101,6 +101,8 @@ const Capabilities kCaps = [] {
   c.causal = false;  // the causal mask arrives in step 05
   c.lse = false;     // the log-sum-exp output arrives in step 07
   c.gqa = true;
+  c.max_work_tiles = kMaxGridX;  // the grid: one block per BLOCK_M rows of all (batch, head) pairs
+  c.work_tile_rows = BLOCK_M;
   return c;
 }();
 

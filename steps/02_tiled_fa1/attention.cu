@@ -192,6 +192,7 @@ const Capabilities kCaps = [] {
   c.causal = false;  // the causal mask arrives in step 05
   c.lse = false;     // the log-sum-exp output arrives in step 07
   c.gqa = true;
+  c.max_batch_heads = kMaxGridX;  // the grid: one block per (batch, head)
   return c;
 }();
 

@@ -141,6 +141,8 @@ const Capabilities kCaps = [] {
   c.causal = false;  // the causal mask arrives in step 05
   c.lse = false;     // the log-sum-exp output arrives in step 07
   c.gqa = true;
+  c.max_seqlen = kTileMaxSeqlen;           // Q tiles along the grid's x
+  c.max_batch_heads = kTileMaxBatchHeads;  // B·H_q over the grid's y and z
   return c;
 }();
 

@@ -243,6 +243,7 @@ const Capabilities kCaps = [] {
   c.max_batch_heads = kTileMaxBatchHeads;  // B·H_q over the grid's y and z
   c.only_sm = 90;                          // wgmma: sm_90a code, compute capability 9.0 only
   c.broadcast = false;                     // TMA maps step every dimension: no zero strides
+  c.tma = true;                            // ... 32-bit coordinates, 40-bit byte strides
   return c;
 }();
 

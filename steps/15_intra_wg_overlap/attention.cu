@@ -343,6 +343,10 @@ const Capabilities kCaps = [] {
   c.max_batch_heads = kTileMaxBatchHeads;  // B·H_q over the grid's y and z
   c.only_sm = 90;                          // wgmma: sm_90a code, compute capability 9.0 only
   c.broadcast = false;                     // TMA maps step every dimension: no zero strides
+  c.tma = true;                            // ... 32-bit coordinates, 40-bit byte strides
+  c.max_work_tiles = kMaxWorkTiles;        // the persistent grid's 32-bit tile counter,
+  // counted in the smallest tiles any configuration takes
+  c.work_tile_rows = kTuner.min_block_m();
   return c;
 }();
 

@@ -9,6 +9,4 @@ fa_step(16 tma_store BASE 15 ARCH 90a
          KERNEL attention_kernel
   CASES_FROM 12
   TESTS_FROM 06 07 08 10)
-fa_sass_check_command(o_tile_check fa_step16 MIN_COUNT FENCE.VIEW.ASYNC.S:2 KERNEL "attention_kernel.*Lb1E")
-add_test(NAME static.step16.o_tile COMMAND ${o_tile_check})
-set_tests_properties(static.step16.o_tile PROPERTIES LABELS "static;step16")
+fa_step_static_check(16 o_tile MIN_COUNT FENCE.VIEW.ASYNC.S:2 KERNEL "attention_kernel.*Lb1E")

@@ -20,6 +20,8 @@
 namespace fa {
 namespace {
 
+constexpr int64_t kTestMaxBatchHeads = int64_t(65535) * 65535;  // the tensor-core steps' limit
+
 TEST(Compare, PassesWithinToleranceAndReportsWorstIndex) {
   std::vector<double> ref{1.0, 2.0, -3.0, 0.5};
   std::vector<float> out{1.001f, 2.0f, -3.02f, 0.5f};
@@ -228,6 +230,137 @@ TEST(Validate, TensorSizeLimit) {
   AttentionParams p = valid_params();
   p.batch = 1 << 20;  // 2^20 · 2 · 17 · 64 elements > 2^31
   EXPECT_FALSE(validate(p, caps).ok());
+}
+
+// An output whose elements would share an address is refused, whatever stride makes it so: rows
+// closer than D apart, heads closer than N rows apart, batch entries closer than H·N·D apart. A
+// layout whose axes nest (any permutation of a dense or padded tensor) is accepted.
+TEST(Validate, OutputWhoseElementsOverlapIsRefused) {
+  Capabilities caps;
+  struct Case {
+    const char* what;
+    void (*spoil)(AttentionParams&);
+    const char* expect;
+  } cases[] = {
+      {"rows 8 apart at D=64", [](AttentionParams& p) { p.o_stride.seq = 8; }, "o's sequence stride (8)"},
+      {"heads 16 rows apart, N=17", [](AttentionParams& p) { p.o_stride.head = 16 * 64; }, "o's head stride (1024)"},
+      {"batch entries 8 apart",
+       [](AttentionParams& p) {
+         p.batch = 2;
+         p.o_stride.batch = 8;
+       },
+       "o's batch stride (8)"},
+      {"heads and rows on one stride",
+       [](AttentionParams& p) {
+         p.o_stride.head = 64;
+         p.o_stride.seq = 64;
+       },
+       "within the span"},
+  };
+  for (const Case& c : cases) {
+    AttentionParams p = valid_params();
+    set_bhnd_strides(p);
+    c.spoil(p);
+    Status st = validate(p, caps);
+    EXPECT_TRUE(st.unsupported()) << c.what;
+    EXPECT_NE(st.message().find(c.expect), std::string::npos) << c.what << ": " << st.message();
+  }
+  AttentionParams p = valid_params();
+  p.batch = 2;
+  p.o_stride = bnhd_strides(p.heads_q, p.seqlen_q, p.head_dim);  // (B, N, H, D) storage
+  EXPECT_TRUE(validate(p, caps).ok()) << validate(p, caps).message();
+  p.o_stride.seq = 3 * 64 * 2;  // padded rows: a gap between positions
+  p.o_stride.batch = p.o_stride.seq * 17;
+  EXPECT_TRUE(validate(p, caps).ok()) << validate(p, caps).message();
+}
+
+// Sizes multiply in 128 bits: B = H_q = 2^32 makes B·H_q wrap to 0 in int64, which once passed a
+// B·H_q limit. Any tensor past 2^60 elements is refused before a stride or limit is looked at.
+TEST(Validate, SizesWhoseProductsWrapAreRefused) {
+  Capabilities caps;
+  caps.max_batch_heads = kTestMaxBatchHeads;
+  AttentionParams p = valid_params();
+  p.batch = p.heads_q = p.heads_kv = int64_t(1) << 32;
+  p.q_stride = p.k_stride = p.v_stride = p.o_stride = Strides{64, 64, 64, 1};
+  Status st = validate(p, caps);
+  EXPECT_TRUE(st.unsupported());
+  EXPECT_NE(st.message().find("elements (B·H·N·D); at most 2^60"), std::string::npos) << st.message();
+  // Just inside the size rule, B·H_q is still judged in 128 bits by the limit.
+  p = valid_params();
+  p.batch = int64_t(1) << 17;
+  p.heads_q = p.heads_kv = int64_t(1) << 16;  // B·H_q = 2^33; each tensor 2^40 bytes
+  p.seqlen_q = p.seqlen_kv = 1;
+  p.q_stride = p.k_stride = p.v_stride = p.o_stride = bhnd_strides(p.heads_q, 1, p.head_dim);
+  st = validate(p, caps);
+  EXPECT_NE(st.message().find("B·H_q must be at most"), std::string::npos) << st.message();
+}
+
+// A tensor whose last byte would lie past 2^64 is refused: its sizes or strides cannot be right.
+TEST(Validate, TensorsMustLieInsideTheAddressSpace) {
+  Capabilities caps;
+  AttentionParams p = valid_params();
+  p.k = reinterpret_cast<const void*>(~uintptr_t(0) - 4095);  // 4 KiB below the top, K needs 4.25 KiB
+  Status st = validate(p, caps);
+  EXPECT_NE(st.message().find("k would run past the end of the address space"), std::string::npos) << st.message();
+}
+
+// A TMA step (caps.tma) addresses tiles with 32-bit coordinates and holds strides as 40-bit byte
+// counts: B or H past 2^31 − 1 and a stride past 2^39 − 8 elements are refused, naming the tensor.
+TEST(Validate, TmaStepsRefuseWhatATensorMapCannotHold) {
+  Capabilities caps;
+  caps.tma = true;
+  AttentionParams p = valid_params();
+  p.batch = int64_t(1) << 31;
+  p.heads_q = p.heads_kv = 1;
+  p.seqlen_q = p.seqlen_kv = 1;
+  p.q_stride = p.k_stride = p.v_stride = p.o_stride = bhnd_strides(1, 1, 64);
+  Status st = validate(p, caps);
+  EXPECT_NE(st.message().find("q's batch size 2147483648 is past this step's TMA coordinates"), std::string::npos)
+      << st.message();
+  caps.tma = false;
+  EXPECT_TRUE(validate(p, caps).ok()) << validate(p, caps).message();  // a grid step has no such limit
+
+  caps.tma = true;
+  p = valid_params();
+  p.batch = 2;
+  set_bhnd_strides(p);
+  p.k_stride.batch = (int64_t(1) << 39) - 8;  // the largest a map holds
+  EXPECT_TRUE(validate(p, caps).ok()) << validate(p, caps).message();
+  p.k_stride.batch = int64_t(1) << 39;
+  st = validate(p, caps);
+  EXPECT_NE(st.message().find("k's batch stride 549755813888 is past what a TMA tensor map holds"), std::string::npos)
+      << st.message();
+}
+
+// A persistent step numbers its work tiles in 32 bits; validate counts them with the smallest
+// tile a config takes, so fa_validate refuses what the launcher would.
+TEST(Validate, WorkTileLimitCountsTilesOfTheSmallestConfig) {
+  Capabilities caps;
+  caps.max_work_tiles = 10;
+  caps.work_tile_rows = 4;
+  AttentionParams p = valid_params();  // B·H_q = 2, N_q = 17: 5 tiles of 4 rows per head
+  p.seqlen_q = 20;
+  set_bhnd_strides(p);
+  EXPECT_TRUE(validate(p, caps).ok()) << validate(p, caps).message();
+  p.seqlen_q = 21;  // 6 tiles per head, 12 in all
+  set_bhnd_strides(p);
+  Status st = validate(p, caps);
+  EXPECT_TRUE(st.unsupported());
+  EXPECT_NE(st.message().find("at most 10 tiles of 4 query rows"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("got 12"), std::string::npos) << st.message();
+}
+
+// The GPU check is validate's last rule: a step pinned to a compute capability no GPU has is
+// refused by validate itself, with or without a GPU, and only once the input has passed.
+TEST(Validate, TheGpuCheckIsPartOfValidation) {
+  Capabilities caps;
+  caps.only_sm = 10;  // compute capability 1.0: no GPU this build runs on
+  AttentionParams p = valid_params();
+  Status st = validate(p, caps);
+  EXPECT_TRUE(st.unsupported());
+  EXPECT_NE(st.message().find("compute capability 1.0"), std::string::npos) << st.message();
+  p.head_dim = 96;  // an input error is reported first: it holds on every machine
+  EXPECT_NE(validate(p, caps).message().find("head dim 96"), std::string::npos);
 }
 
 TEST(Registry, UnknownStepIsAnError) {

@@ -2,6 +2,8 @@
 every layout, GQA, both causal alignments, LSE; torch.compile(fullgraph=True), opcheck, CUDA graph
 replay, bad inputs. Skipped without PyTorch or a CUDA GPU (the ctest case `python.torch` then
 reports itself skipped, never passed)."""
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -108,26 +110,73 @@ def test_pick_step_names_the_step_attention_runs():
         fa_course.pick_step(q96, q96, q96)
 
 
-def test_compile_fullgraph():
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.proj = torch.nn.Linear(64, 64, dtype=torch.bfloat16, device=DEV)
+class Block(torch.nn.Module):
+    """A projection after attention, with the scale a model passes (transformers always passes one)."""
 
-        def forward(self, q, k, v):
-            return self.proj(fa_course.attention(q, k, v, causal=True))
+    def __init__(self, scale=None):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 64, dtype=torch.bfloat16, device=DEV)
+        self.scale = scale
 
-    block = Block()
+    def forward(self, q, k, v):
+        return self.proj(fa_course.attention(q, k, v, causal=True, softmax_scale=self.scale))
+
+
+@pytest.mark.parametrize("scale", [None, 0.125, 0.3])
+def test_compile_fullgraph(scale):
+    block = Block(scale)
     q, k, v = inputs(2, 128, 128, 4, 4, 64, seed=5)
     eager = block(q, k, v)
+    torch._dynamo.reset()
     compiled = torch.compile(block, fullgraph=True)(q, k, v)
     torch.testing.assert_close(compiled, eager)
+    close(block.proj(fa_course.attention(q, k, v, causal=True, softmax_scale=scale)), eager)
+
+
+def test_scale_rounding_rule_matches_fp32():
+    """The scale check is plain float arithmetic (traceable); it must agree with fp32's own rounding."""
+    import struct
+
+    from fa_course.ops import _FP32_ROUNDS_TO_ZERO
+    for x in (2.0 ** -150, 2.0 ** -150 * (1 + 2 ** -52), 2.0 ** -149, 1e-46, 1e-45, 7e-46, 0.0, 0.125):
+        rounds_to_zero = struct.unpack("f", struct.pack("f", x))[0] == 0.0
+        assert (abs(x) <= _FP32_ROUNDS_TO_ZERO) == rounds_to_zero, x
 
 
 def test_opcheck():
     q, k, v = inputs(1, 64, 96, 2, 1, 64, seed=6)
     for return_lse in (False, True):
         torch.library.opcheck(torch.ops.fa_course.forward.default, (q, k, v, True, False, 0.0, return_lse, -1))
+
+
+def test_opcheck_with_inputs_that_require_grad():
+    # The autograd registration and the fake are checked with inputs that require grad; the AOT
+    # check would ask for a gradient, which raises until the backward exists (next test).
+    q, k, v = (t.requires_grad_() for t in inputs(1, 64, 96, 2, 1, 64, seed=6))
+    for return_lse in (False, True):
+        torch.library.opcheck(torch.ops.fa_course.forward.default, (q, k, v, True, False, 0.0, return_lse, -1),
+                              test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+
+
+def test_inference_with_grad_inputs_runs_and_backward_raises():
+    q, k, v = (t.requires_grad_() for t in inputs(1, 100, 120, 4, 2, 128, seed=11))
+    with warnings.catch_warnings():  # the warning PyTorch gives for an op with no autograd kernel
+        warnings.filterwarnings("error", message=".*autograd kernel was not registered.*")
+        out = fa_course.attention(q, k, v, causal=True)
+    assert out.requires_grad and out.grad_fn is not None
+    close(out.detach(), reference(q.detach(), k.detach(), v.detach(), causal=True))
+    with pytest.raises(NotImplementedError, match="no backward pass yet"):
+        out.float().sum().backward()
+    assert q.grad is None and k.grad is None and v.grad is None
+    with torch.no_grad():
+        assert not fa_course.attention(q, k, v).requires_grad
+    # Compiled: the graph traces through the backward op's fake; asking for the gradient raises.
+    torch._dynamo.reset()
+    compiled = torch.compile(Block(0.2), fullgraph=True)
+    q64, k64, v64 = (t.requires_grad_() for t in inputs(1, 64, 64, 2, 2, 64, seed=12))
+    y = compiled(q64, k64, v64)
+    with pytest.raises(NotImplementedError, match="no backward pass yet"):
+        y.float().sum().backward()
 
 
 def test_cuda_graph_replay():

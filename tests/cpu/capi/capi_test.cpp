@@ -223,6 +223,53 @@ TEST(CApi, LaunchLimitsAreRefusedByValidateAndForwardAlike) {
   EXPECT_EQ(fa_forward(4, &p, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED) << err;
 }
 
+// The persistent steps (14 on) number their work tiles in 32 bits. Once they refused too many only
+// at launch, so fa_validate accepted what fa_forward refused; now validation refuses it (before the
+// GPU check, so this holds with or without a GPU, on any GPU).
+TEST(CApi, PersistentStepsRefuseTooManyWorkTilesInValidation) {
+  fa_attention_params p = valid_params();
+  p.batch = int64_t(1) << 20;
+  p.heads_q = p.heads_kv = int64_t(1) << 10;
+  p.seqlen_q = p.seqlen_kv = int64_t(1) << 14;  // 2^37 tiles of 128 rows; 2^50 elements a tensor
+  p.head_dim = 64;
+  for (int t = 0; t < 4; ++t) {
+    p.strides[t][FA_AXIS_SEQ] = 64;
+    p.strides[t][FA_AXIS_HEAD] = p.seqlen_q * 64;
+    p.strides[t][FA_AXIS_BATCH] = p.heads_q * p.seqlen_q * 64;
+  }
+  p.q = reinterpret_cast<const void*>(uintptr_t(1) << 56);  // 2^51 bytes apart, as no real GPU has
+  p.k = reinterpret_cast<const void*>(uintptr_t(2) << 56);
+  p.v = reinterpret_cast<const void*>(uintptr_t(3) << 56);
+  p.o = reinterpret_cast<void*>(uintptr_t(4) << 56);
+  p.lse = nullptr;
+  int tried = 0;
+  for (int i = 0; i < fa_num_steps(); ++i) {
+    int number = -1;
+    ASSERT_EQ(fa_step_info(i, &number, nullptr, nullptr, nullptr, nullptr), FA_OK);
+    if (number < 14) continue;
+    ++tried;
+    char err[512] = {};
+    EXPECT_EQ(fa_validate(number, &p, err, sizeof err), FA_ERROR_UNSUPPORTED) << "step " << number;
+    EXPECT_NE(std::string(err).find("numbers its work in 32 bits"), std::string::npos) << number << ": " << err;
+    EXPECT_EQ(fa_forward(number, &p, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED) << "step " << number;
+  }
+  EXPECT_GE(tried, 3) << "steps 14-16 are persistent";
+}
+
+// An output whose rows overlap is refused by every step, through the C interface.
+TEST(CApi, EveryStepRefusesAnOutputWhoseRowsOverlap) {
+  for (int i = 0; i < fa_num_steps(); ++i) {
+    int number = -1;
+    ASSERT_EQ(fa_step_info(i, &number, nullptr, nullptr, nullptr, nullptr), FA_OK);
+    fa_attention_params p = valid_params();
+    p.lse = nullptr;
+    p.strides[FA_TENSOR_O][FA_AXIS_SEQ] = 8;  // rows 8 elements apart at D = 64
+    char err[512] = {};
+    EXPECT_EQ(fa_validate(number, &p, err, sizeof err), FA_ERROR_UNSUPPORTED) << "step " << number;
+    EXPECT_NE(std::string(err).find("o's sequence stride (8)"), std::string::npos) << number << ": " << err;
+  }
+}
+
 // Inputs may broadcast (a stride of 0) and a dimension of size 1 may have any stride: both are
 // what PyTorch hands over for expanded or unsqueezed tensors.
 TEST(CApi, AcceptsBroadcastInputsAndAnyStrideOnSizeOneDims) {
