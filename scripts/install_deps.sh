@@ -31,6 +31,27 @@ if ! python3 -c "import pytest" >/dev/null 2>&1 && ! PYTHONPATH="$deps/python" p
     echo "install_deps: warning: could not install pytest (the python.* tests will be skipped)"
 fi
 
+# The CUDA 12.4 runtime headers (the oldest toolkit the course supports), for the `compat.cuda12_4`
+# test: the library's host code must compile against them, whatever toolkit builds it here.
+if [ ! -f "$deps/cuda12.4/nvidia/cuda_runtime/include/cuda_runtime_api.h" ]; then
+  echo "install_deps: fetching the CUDA 12.4 runtime headers into .deps/cuda12.4"
+  if python3 -m pip download --quiet --disable-pip-version-check --no-deps --dest "$deps/cuda12.4-wheel" \
+      "nvidia-cuda-runtime-cu12==12.4.127"; then
+    python3 -c "import sys, zipfile, glob; zipfile.ZipFile(glob.glob(sys.argv[1] + '/*.whl')[0]).extractall(sys.argv[2])" \
+      "$deps/cuda12.4-wheel" "$deps/cuda12.4"
+  else
+    echo "install_deps: warning: could not fetch them (the compat.cuda12_4 test will be skipped)"
+  fi
+fi
+
+# scikit-build-core, for the `package.wheel` test: the package built as `pip install .` builds it.
+if ! python3 -c "import scikit_build_core" >/dev/null 2>&1 &&
+  ! PYTHONPATH="$deps/python" python3 -c "import scikit_build_core" >/dev/null 2>&1; then
+  echo "install_deps: scikit-build-core not found; installing it into .deps/python"
+  python3 -m pip install --quiet --disable-pip-version-check --target "$deps/python" "scikit-build-core>=0.10" ||
+    echo "install_deps: warning: could not install scikit-build-core (the package.wheel test will be skipped)"
+fi
+
 if [ "${1:-}" = "--system" ]; then
   # Optional tools for the documentation and format checks.
   # Without doxygen the `docs` test is not registered; without clang-format the `format` test fails

@@ -152,4 +152,6 @@ def test_tma_steps_refuse_a_broadcast_input_other_steps_take_it():
             assert isinstance(err, _capi.UnsupportedInputError), (s.folder, err)
             assert "zero batch stride" in str(err), (s.folder, err)
         elif s.number >= 4:
-            assert err is None, (s.folder, err)
+            # Accepted; a Hopper step then meets validation's last rule, the GPU check, unless
+            # this machine has an H100 or H200.
+            assert err is None or (s.number >= 11 and "compute capability 9.0" in str(err)), (s.folder, err)

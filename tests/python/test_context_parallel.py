@@ -4,7 +4,9 @@
   ring's bookkeeping alone, exact to fp32), and on a GPU with the course's kernel (bf16 tolerance).
 - The ring over real processes (torchrun, context_parallel/check_ring.py): three CPU processes over
   gloo wherever PyTorch is, and two GPUs over NCCL, skipped with a message where fewer are present.
-Skipped as a whole without PyTorch (the ctest case then reports itself skipped)."""
+Skipped as a whole without PyTorch. Three ctest cases (tests/python/run.sh): python.context_parallel
+runs the unmarked tests, python.context_parallel.gpu those marked `gpu`, python.context_parallel.nccl
+those marked `multigpu`; each is skipped, never passed, where its hardware is missing."""
 import os
 import subprocess
 import sys
@@ -57,6 +59,7 @@ def test_merge_of_two_halves_is_the_whole():
     torch.testing.assert_close(lse.double(), ref_lse, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not GPU, reason="no CUDA GPU: the course's kernel cannot run")
 @pytest.mark.parametrize("world,kind", [(2, "zigzag"), (4, "zigzag"), (3, "contiguous")])
 @pytest.mark.parametrize("shape,causal,align", [((1, 1000, 1000, 4, 2, 128), True, "top_left"),
@@ -91,6 +94,7 @@ def test_ring_on_a_process_group_of_its_own_gloo_cpu():
     assert rc == 0 and "all ranks agree" in out, out[-4000:]
 
 
+@pytest.mark.multigpu
 @pytest.mark.skipif(not GPU or torch.cuda.device_count() < 2,
                     reason="the NCCL ring needs two GPUs; this machine has "
                            f"{torch.cuda.device_count() if GPU else 0}")

@@ -1,0 +1,93 @@
+"""fa_course as an attention implementation of Hugging Face transformers.
+
+    import fa_course.integrations.transformers as fa_hf
+    name = fa_hf.register()                                # "fa_course"
+    model = AutoModelForCausalLM.from_pretrained(..., torch_dtype=torch.bfloat16, attn_implementation=name)
+    # or, on a loaded model: model.set_attn_implementation(name)
+
+What it serves: bf16 attention at the head dims the course builds (64, 128), grouped-query heads,
+prefill (causal; with fewer queries than keys, as after a KV cache, the mask is aligned bottom-right,
+flash-attn's convention), decoding (one query against the cache) and non-causal (encoder-style)
+attention. What it refuses, with a ValueError or fa_course.UnsupportedInputError that says why,
+instead of computing something else: a padding mask (a batch of sequences of different lengths),
+packed sequences, a sliding window or chunked mask, any other mask a model overlays, dropout,
+logit softcapping, attention sinks, another dtype or head dim. Gradients: forward only until the
+course's backward pass exists (asking for one raises NotImplementedError).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .. import ops
+
+NAME = "fa_course"
+
+
+def _refuse(what: str) -> ValueError:
+    return ValueError(f"fa_course attention ({NAME}) does not support {what}; use attn_implementation='sdpa' "
+                      "for this model or input")
+
+
+# Keyword arguments a model may pass that change what attention computes. Passed with a value other
+# than these, they are refused: computing without them would give another model's output.
+_NEUTRAL = {"sliding_window": (None,), "softcap": (None, 0, 0.0), "s_aux": (None,), "sinks": (None,),
+            "cu_seq_lens_q": (None,), "cu_seq_lens_k": (None,), "head_mask": (None,)}
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None,
+                      is_causal: Optional[bool] = None, **kwargs):
+    """The attention function transformers calls: query (B, H_q, N_q, D), key and value
+    (B, H_kv, N_kv, D); returns ((B, N_q, H_q, D), None) like transformers' own implementations."""
+    if attention_mask is not None:
+        # The mask function registered with this one returns None unless the batch has padding.
+        raise _refuse("a padding mask (sequences of different lengths in one batch); varlen batches are a later "
+                      "part of the course")
+    if dropout:
+        raise _refuse(f"attention dropout ({dropout}); call model.eval(), or set the config's attention_dropout to 0")
+    for name, neutral in _NEUTRAL.items():
+        if kwargs.get(name) is not None and kwargs[name] not in neutral:
+            raise _refuse(f"{name}={kwargs[name]!r}")
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    out = ops.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(causal),
+                        causal_align="bottom_right", softmax_scale=scaling)
+    return out, None
+
+
+def _mask_functions():
+    """transformers' mask primitives this integration honours (each model composes its own mask from
+    them), and its FlashAttention mask builder: None for an unpadded batch, else the 2-D padding mask."""
+    from transformers import masking_utils as mu
+
+    honoured = {mu.causal_mask_function}
+    if hasattr(mu, "bidirectional_mask_function"):
+        honoured.add(mu.bidirectional_mask_function)
+    return honoured, mu.flash_attention_mask
+
+
+def mask_function(*args, **kwargs):
+    """The attention-mask builder registered beside `attention_forward`. A plain causal or
+    bidirectional mask is served by the kernel's own causal flag (None); a mask that also hides other
+    keys (sliding window, chunks, packed sequences, a model's overlay) is refused here, since it never
+    reaches the kernel as a tensor; padding goes on as a 2-D mask, which `attention_forward` refuses."""
+    honoured, flash_mask = _mask_functions()
+    fn = kwargs.get("mask_function")
+    if fn is not None and fn not in honoured:
+        raise _refuse(f"this model's attention mask ({getattr(fn, '__name__', fn)}: a sliding window, chunked "
+                      "attention, packed sequences or another overlay on the causal mask)")
+    return flash_mask(*args, **kwargs)
+
+
+def register(name: str = NAME) -> str:
+    """Registers fa_course with transformers' AttentionInterface (and its mask builder with
+    AttentionMaskInterface) under `name`, for `attn_implementation=name`. Returns the name."""
+    try:
+        from transformers import AttentionInterface, AttentionMaskInterface
+    except ImportError as e:  # transformers < 4.54 has no mask interface: masks could not be checked
+        raise ImportError("fa_course.integrations.transformers needs transformers >= 4.54 (AttentionInterface and "
+                          "AttentionMaskInterface)") from e
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, mask_function)
+    return name

@@ -1,0 +1,170 @@
+"""fa_course as transformers' attention (fa_course.integrations.transformers) on a small Llama-shaped
+model built here with random weights (no downloads): 2 layers, 4 query heads over 2 KV heads
+(GQA), D = 128, bf16. Against PyTorch's SDPA on the same weights and an fp32 eager copy: prefill
+logits, prefill after a KV cache (fewer queries than keys), `generate` with the cache, a compiled
+attention call and a compiled model; and each input it must refuse. Needs a CUDA GPU and
+transformers (tests/python/run.sh skips the ctest case, with the reason, where either is missing)."""
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+
+import fa_course  # noqa: E402
+import fa_course.integrations.transformers as fa_hf  # noqa: E402
+from transformers import AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM, LlamaConfig  # noqa: E402
+
+DEV = "cuda"
+NAME = fa_hf.register()
+CONFIG = LlamaConfig(vocab_size=512, hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                     initializer_range=0.05, attention_dropout=0.0, pad_token_id=0)
+assert CONFIG.hidden_size // CONFIG.num_attention_heads == 128
+
+# A spy beside the integration: the same functions under another name, recording (N_q, N_kv) per call.
+CALLS = []
+
+
+def _spy(module, query, key, value, attention_mask, **kwargs):
+    CALLS.append((query.shape[2], key.shape[2]))
+    return fa_hf.attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+AttentionInterface.register("fa_course_spy", _spy)
+AttentionMaskInterface.register("fa_course_spy", fa_hf.mask_function)
+
+torch.manual_seed(0)
+_STATE = AutoModelForCausalLM.from_config(CONFIG, attn_implementation="eager").state_dict()
+
+
+def model(impl, dtype=torch.bfloat16, config=CONFIG, state=_STATE):
+    m = AutoModelForCausalLM.from_config(config, attn_implementation=impl)
+    if state is not None:
+        m.load_state_dict(state)
+    return m.to(DEV, dtype).eval()
+
+
+def ids(b, n, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randint(1, CONFIG.vocab_size, (b, n), generator=g).to(DEV)
+
+
+def rel(x, ref):
+    return ((x.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def worst(x, ref):
+    return (x.double() - ref.double()).abs().max().item()
+
+
+@torch.no_grad()
+def test_prefill_logits_within_sdpas_own_error():
+    x = ids(2, 333, seed=1)
+    exact = model("eager", torch.float32)(x).logits
+    ours = model(NAME)(x).logits
+    sdpa = model("sdpa")(x).logits
+    print(f"prefill vs fp32 eager: fa_course rel {rel(ours, exact):.2e} max {worst(ours, exact):.3f}; "
+          f"sdpa rel {rel(sdpa, exact):.2e} max {worst(sdpa, exact):.3f}")
+    assert rel(ours, exact) <= 1.5 * rel(sdpa, exact)
+    assert worst(ours, exact) <= 2.0 * worst(sdpa, exact)
+
+
+@torch.no_grad()
+def test_prefill_after_a_cache_is_bottom_right_aligned():
+    """57 new tokens after 200 in the cache: each sees the whole prefix and the new ones before it."""
+    x = ids(1, 257, seed=2)
+    exact = model("eager", torch.float32)(x).logits[:, 200:]
+    out = {}
+    for impl in (NAME, "sdpa"):
+        m = model(impl)
+        first = m(x[:, :200], use_cache=True)
+        out[impl] = m(x[:, 200:], past_key_values=first.past_key_values, use_cache=True).logits
+    print(f"after the cache: fa_course rel {rel(out[NAME], exact):.2e}, sdpa rel {rel(out['sdpa'], exact):.2e}")
+    assert rel(out[NAME], exact) <= 1.5 * rel(out["sdpa"], exact)
+
+
+@torch.no_grad()
+def test_generate_with_a_kv_cache():
+    x = ids(2, 50, seed=3)
+    CALLS.clear()
+    m = model("fa_course_spy")
+    seq = m.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=16, do_sample=False, pad_token_id=0)
+    assert seq.shape == (2, 66)
+    layers = CONFIG.num_hidden_layers
+    assert CALLS[:layers] == [(50, 50)] * layers  # the prefill
+    assert CALLS[layers:] == [(1, 50 + t) for t in range(1, 16) for _ in range(layers)]  # decoding, N_q = 1
+    # Each generated token is the fp32 model's choice, up to bf16's own error on these logits.
+    exact = model("eager", torch.float32)(seq).logits[:, 49:-1]
+    sdpa = model("sdpa")(seq).logits[:, 49:-1]
+    tol = 4 * worst(sdpa, exact)
+    chosen = exact.gather(-1, seq[:, 50:, None]).squeeze(-1)
+    gap = (exact.max(-1).values - chosen).max().item()
+    assert gap <= tol, f"a generated token's fp32 logit is {gap:.3f} below the best (bf16 error {tol / 4:.3f})"
+
+
+def test_compiled_attention_call_with_a_scale_is_one_graph():
+    module = torch.nn.Module()
+    module.is_causal = True
+    g = torch.Generator(device=DEV).manual_seed(4)
+    q = torch.randn(2, 4, 100, 128, device=DEV, dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(2, 2, 130, 128, device=DEV, dtype=torch.bfloat16, generator=g) for _ in range(2))
+
+    def call(q, k, v):
+        return fa_hf.attention_forward(module, q, k, v, None, dropout=0.0, scaling=0.07)[0]
+
+    eager = call(q, k, v)
+    torch._dynamo.reset()
+    compiled = torch.compile(call, fullgraph=True)(q, k, v)
+    torch.testing.assert_close(compiled, eager, atol=0, rtol=0)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(2, 1),
+                                                           v.float().repeat_interleave(2, 1), scale=0.07,
+                                                           attn_mask=torch.ones(100, 130, dtype=torch.bool,
+                                                                                device=DEV).tril(30))
+    torch.testing.assert_close(eager.float(), ref.transpose(1, 2), atol=1e-2, rtol=1e-2)  # bottom-right causal
+
+
+@torch.no_grad()
+def test_compiled_model_matches_eager():
+    x = ids(2, 200, seed=5)
+    m = model(NAME)
+    eager = m(x).logits
+    torch._dynamo.reset()
+    compiled = torch.compile(m, fullgraph=True)(x).logits
+    assert rel(compiled, eager) < 1e-2, rel(compiled, eager)
+
+
+@torch.no_grad()
+def test_refusals_say_why():
+    x = ids(2, 64, seed=6)
+    m = model(NAME)
+    padded = torch.ones_like(x)
+    padded[0, :10] = 0  # the first sequence is 10 tokens shorter
+    with pytest.raises(ValueError, match="padding mask"):
+        m(x, attention_mask=padded)
+    with pytest.raises(ValueError, match="bfloat16"):
+        model(NAME, torch.float16)(x)
+    d96 = copy.deepcopy(CONFIG)
+    d96.hidden_size, d96.head_dim = 384, 96
+    with pytest.raises(fa_course.UnsupportedInputError, match="head dim 96"):
+        model(NAME, config=d96, state=None)(x)
+    drop = copy.deepcopy(CONFIG)
+    drop.attention_dropout = 0.1
+    with torch.enable_grad(), pytest.raises(ValueError, match="dropout"):
+        model(NAME, config=drop).train()(x)
+    from transformers import MistralConfig
+    window = MistralConfig(**{k: getattr(CONFIG, k) for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                                              "num_hidden_layers", "num_attention_heads",
+                                                              "num_key_value_heads")}, sliding_window=16)
+    with pytest.raises(ValueError, match="sliding window|sliding_window"):
+        model(NAME, config=window, state=None)(x)
+
+
+def test_training_raises_instead_of_losing_the_gradient():
+    m = model(NAME).train()
+    x = ids(1, 64, seed=7)
+    loss = m(x, labels=x).loss
+    with pytest.raises(NotImplementedError, match="no backward pass yet"):
+        loss.backward()
