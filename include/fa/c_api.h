@@ -127,11 +127,14 @@ FA_CAPI_EXPORT int fa_num_steps(void);
 FA_CAPI_EXPORT int fa_step_info(int index, int* number, const char** name, const char** lesson, int* supports_causal,
                                 int* supports_lse);
 
-/// @brief Checks whether step `step` (its number) accepts `p`, without touching the GPU.
+/// @brief Checks whether step `step` (its number) accepts `p`, launching nothing.
 ///
-/// Runs the same validation the step runs first (pointers, sizes, head dim, causal, LSE, strides,
-/// alignment, and that O and LSE share no byte with Q, K or V). Use it to tell "this step does not support the shape"
-/// apart from a real failure.
+/// Runs the same validation the step runs first, `fa::validate`: pointers, sizes (their products
+/// in 128 bits), head dim, causal, LSE, strides, alignment, an O whose elements never share an
+/// address and that shares no byte with Q, K or V (nor LSE), the step's launch limits (its grid,
+/// its tensor maps' coordinates and strides), and last whether the current GPU can run it (a
+/// Hopper step elsewhere is refused here, not at its first launch). What it accepts, `fa_forward`
+/// runs. Use it to tell "this step does not support the input" apart from a real failure.
 /// @return 0 when the step would accept `p`; FA_ERROR_INVALID or FA_ERROR_UNSUPPORTED (with the
 /// reason in `err`) otherwise.
 FA_CAPI_EXPORT int fa_validate(int step, const fa_attention_params* p, char* err, size_t err_len);
