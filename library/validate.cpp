@@ -207,6 +207,12 @@ int device_compute_capability() {
 }  // namespace
 
 Status validate(const AttentionParams& p, const Capabilities& caps) {
+  if (Status st = validate_input(p, caps); !st.ok()) return st;
+  // Last, since it is the one rule about the machine rather than the call.
+  return check_device(caps);
+}
+
+Status validate_input(const AttentionParams& p, const Capabilities& caps) {
   if (!p.q || !p.k || !p.v || !p.o) return fail("q, k, v and o must be non-null device pointers");
   if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.seqlen_q < 1 || p.seqlen_kv < 1)
     return fail("B, H_q, H_kv, N_q and N_kv must all be >= 1 (got B=" + std::to_string(p.batch) +
@@ -264,9 +270,7 @@ Status validate(const AttentionParams& p, const Capabilities& caps) {
 
   // Launch limits of the step's kernels, here rather than in its launcher, so that fa_validate
   // accepts exactly what forward accepts.
-  if (Status st = check_launch_limits(p, caps); !st.ok()) return st;
-  // Last, since it is the one rule about the machine rather than the call.
-  return check_device(caps);
+  return check_launch_limits(p, caps);
 }
 
 Status check_device(const Capabilities& caps) {

@@ -200,7 +200,7 @@ std::vector<Point> plan_points(const Plan& plan) {
       p.shape = i;
       p.flops = attention_flops(vp);
       const bool slow = std::find(plan.slow_steps.begin(), plan.slow_steps.end(), st->number) != plan.slow_steps.end();
-      if (Status v = validate(vp, st->caps); !v.ok()) {
+      if (Status v = validate_input(vp, st->caps); !v.ok()) {  // the GPU is judged when the point runs
         p.status = "unsupported";
         p.note = "not supported: " + v.message();
       } else if (slow && plan.slow_max_n > 0 && s.seqlen > plan.slow_max_n) {

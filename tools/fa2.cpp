@@ -68,7 +68,7 @@ int cmd_run(const std::vector<std::string>& args) {
 
   // Validate the shape before touching the GPU, with stand-in pointers: bad input is reported
   // the same way with or without a GPU, and nothing is allocated for it.
-  if (Status st = validate(validation_params(s), step->caps); !st.ok()) throw std::invalid_argument(st.message());
+  if (Status st = validate_input(validation_params(s), step->caps); !st.ok()) throw std::invalid_argument(st.message());
   if (!require_gpu("run")) return kExitNoGpu;
   if (Status st = check_device(step->caps); !st.ok()) {  // a Hopper step on another GPU: skipped
     std::fprintf(stderr, "fa2 run: step %d: %s\n", step->number, st.message().c_str());

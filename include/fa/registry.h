@@ -99,6 +99,11 @@ struct StepRegistrar {
 /// @return Ok, or an Unsupported status naming the first problem and what is supported.
 Status validate(const AttentionParams& params, const Capabilities& caps);
 
+/// @brief Every rule of `validate` but the last, the GPU check: for tools that judge a call before
+/// they judge the machine (the fa2 tool reports bad input the same way with or without a GPU, and
+/// plans a benchmark sweep on any machine). A step's forward and the C interface use `validate`.
+Status validate_input(const AttentionParams& params, const Capabilities& caps);
+
 /// @brief Can the current CUDA device run a step with these capabilities (`only_sm`)? The last rule
 /// of `validate`, also callable alone. Without a usable CUDA device a pinned step is refused.
 /// @return Ok, or an error naming the GPU's compute capability and the one the step needs.

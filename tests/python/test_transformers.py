@@ -127,13 +127,16 @@ def test_compiled_attention_call_with_a_scale_is_one_graph():
 
 
 @torch.no_grad()
-def test_compiled_model_matches_eager():
+def test_compiled_model_is_one_graph_within_sdpas_error():
     x = ids(2, 200, seed=5)
-    m = model(NAME)
-    eager = m(x).logits
+    exact = model("eager", torch.float32)(x).logits
+    sdpa = model("sdpa")(x).logits
     torch._dynamo.reset()
-    compiled = torch.compile(m, fullgraph=True)(x).logits
-    assert rel(compiled, eager) < 1e-2, rel(compiled, eager)
+    # One graph, the mask builder and the attention op included; the compiler fuses the model's other
+    # bf16 operations differently from eager mode, so its logits are judged like SDPA's, against fp32.
+    compiled = torch.compile(model(NAME), fullgraph=True)(x).logits
+    print(f"compiled model: fa_course rel {rel(compiled, exact):.2e}, eager sdpa rel {rel(sdpa, exact):.2e}")
+    assert rel(compiled, exact) <= 1.5 * rel(sdpa, exact)
 
 
 @torch.no_grad()

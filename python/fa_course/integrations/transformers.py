@@ -56,15 +56,12 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     return out, None
 
 
-def _mask_functions():
-    """transformers' mask primitives this integration honours (each model composes its own mask from
-    them), and its FlashAttention mask builder: None for an unpadded batch, else the 2-D padding mask."""
-    from transformers import masking_utils as mu
-
-    honoured = {mu.causal_mask_function}
-    if hasattr(mu, "bidirectional_mask_function"):
-        honoured.add(mu.bidirectional_mask_function)
-    return honoured, mu.flash_attention_mask
+# transformers' mask primitives this integration honours (each model composes its mask from them;
+# anything composed is another function), and its FlashAttention mask builder: None for an unpadded
+# batch, else the 2-D padding mask. Looked up once, by register(): an import inside the mask
+# builder would stop torch.compile's trace of the model.
+_HONOURED: tuple = ()
+_FLASH_MASK = None
 
 
 def mask_function(*args, **kwargs):
@@ -72,12 +69,11 @@ def mask_function(*args, **kwargs):
     bidirectional mask is served by the kernel's own causal flag (None); a mask that also hides other
     keys (sliding window, chunks, packed sequences, a model's overlay) is refused here, since it never
     reaches the kernel as a tensor; padding goes on as a 2-D mask, which `attention_forward` refuses."""
-    honoured, flash_mask = _mask_functions()
     fn = kwargs.get("mask_function")
-    if fn is not None and fn not in honoured:
+    if fn is not None and not any(fn is h for h in _HONOURED):
         raise _refuse(f"this model's attention mask ({getattr(fn, '__name__', fn)}: a sliding window, chunked "
                       "attention, packed sequences or another overlay on the causal mask)")
-    return flash_mask(*args, **kwargs)
+    return _FLASH_MASK(*args, **kwargs)
 
 
 def register(name: str = NAME) -> str:
@@ -88,6 +84,11 @@ def register(name: str = NAME) -> str:
     except ImportError as e:  # transformers < 4.54 has no mask interface: masks could not be checked
         raise ImportError("fa_course.integrations.transformers needs transformers >= 4.54 (AttentionInterface and "
                           "AttentionMaskInterface)") from e
+    global _HONOURED, _FLASH_MASK
+    from transformers import masking_utils as mu
+
+    _HONOURED = tuple(getattr(mu, f) for f in ("causal_mask_function", "bidirectional_mask_function") if hasattr(mu, f))
+    _FLASH_MASK = mu.flash_attention_mask
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, mask_function)
     return name
