@@ -6,14 +6,16 @@ Bottom up, each layer may include from the layers listed for it and from nothing
   include/fa  the public API                  include/fa
   device      header-only kernel pieces       include/fa, device
   library     host code the library ships     include/fa, device, library
+  kernels     the production kernels          include/fa, device, library, kernels
   reference   the fp64 / fp32 references      include/fa, device, reference
   harness     problems, checks, timing, CLI   include/fa, device, library, reference, harness
-  steps       steps/NN_name/ (the kernels)    include/fa, device, library, and its own folder
-  capi        the C interface                 include/fa, library, capi
+  steps       steps/NN_name/ (the lessons)    include/fa, device, library, and its own folder
+  capi        the C interface                 include/fa, library, kernels, capi
   tools       fa2                             everything but tests/
   tests       tests/ and steps/NN_name/tests  everything but tools/
 
-A step that included the harness could not ship in the library without it, and a reference that
+The lessons never include the production kernels (kernels/): a step's diff against its base must
+show its one idea, not a change in a shared kernel. A step that included the harness could not ship in the library without it, and a reference that
 used library code would be checked against itself. The same rules hold for what the CMake targets
 link: fa_device, fa_library, fa_reference, the steps (fa_stepNN, the mutants) and fa2_capi must
 not link a library above them (fa_harness above all).
@@ -27,19 +29,20 @@ import subprocess
 import sys
 import tempfile
 
-SCANNED = ("include", "device", "library", "reference", "harness", "steps", "tools", "tests", "capi")
+SCANNED = ("include", "device", "library", "kernels", "reference", "harness", "steps", "tools", "tests", "capi")
 SOURCE_EXT = (".h", ".hpp", ".cuh", ".cpp", ".cc", ".cu")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
-ALL = {"include/fa", "device", "library", "reference", "harness", "steps", "capi", "tools", "tests"}
+ALL = {"include/fa", "device", "library", "kernels", "reference", "harness", "steps", "capi", "tools", "tests"}
 ALLOWED = {
     "include/fa": {"include/fa"},
     "device": {"include/fa", "device"},
     "library": {"include/fa", "device", "library"},
+    "kernels": {"include/fa", "device", "library", "kernels"},
     "reference": {"include/fa", "device", "reference"},
     "harness": {"include/fa", "device", "library", "reference", "harness"},
     "steps": {"include/fa", "device", "library"},  # plus its own folder, see allowed()
-    "capi": {"include/fa", "library", "capi"},
+    "capi": {"include/fa", "library", "kernels", "capi"},
     "tools": ALL - {"tests"},
     "tests": ALL - {"tools"},
 }
@@ -177,6 +180,7 @@ GOOD_TREE = {
     "device/ptx/mma.h": '#include "device/mask.h"\n',
     "library/registry.cpp": '#include "fa/registry.h"\n#include "device/mask.h"\n#include "library/tuner.h"\n',
     "library/tuner.h": "#pragma once\n",
+    "kernels/mask.h": '#include "device/mask.h"\n#include "library/tuner.h"\n',
     "reference/cpu_reference.cpp": '#include "device/mask.h"\n#include "reference/cpu_reference.h"\n',
     "reference/cpu_reference.h": '#include "fa/params.h"\n',
     "harness/check.cpp": '#include "reference/cpu_reference.h"\n#include "library/tuner.h"\n',
@@ -207,6 +211,9 @@ BREAKAGES = [
     ("steps/03_grid/attention.cu", '#include "tests/gpu/suite.h"\n', "(tests)"),
     ("steps/03_grid/attention.cu", '#include "../04_next/kernel.h"\n', '"../04_next/kernel.h" (steps)'),
     ("capi/c_api.cpp", '#include "harness/check.h"\n', "capi/c_api.cpp:3"),
+    ("steps/03_grid/attention.cu", '#include "kernels/mask.h"\n', '"kernels/mask.h" (kernels)'),
+    ("kernels/mask.h", '#include "reference/cpu_reference.h"\n', "kernels/mask.h:3"),
+    ("device/mask.h", '#include "kernels/mask.h"\n', "device/mask.h:2"),
     ("tests/gpu/suite.h", '#include "tools/commands.h"\n', "tests may include only"),
     ("tools/fa2.cpp", '#include "tests/gpu/suite.h"\n', "tools/fa2.cpp:3"),
     ("tools/fa2.cpp", '#include "commandz.h"\n', "in no layer"),

@@ -2,7 +2,7 @@
 
     import fa_course.integrations.transformers as fa_hf
     name = fa_hf.register()                                # "fa_course"
-    model = AutoModelForCausalLM.from_pretrained(..., torch_dtype=torch.bfloat16, attn_implementation=name)
+    model = AutoModelForCausalLM.from_pretrained(..., dtype=torch.bfloat16, attn_implementation=name)
     # or, on a loaded model: model.set_attn_implementation(name)
 
 What it serves: bf16 attention at the head dims the course builds (64, 128), grouped-query heads,

@@ -1,0 +1,153 @@
+// The production kernels' Mask policies: one type answers "which tiles" and "which elements".
+//
+// Every mask the kernels serve lets query row r see one interval of keys, [lo(r), hi(r)), whose ends
+// never move left as r grows: no mask (with the ragged bound N_kv), causal in either alignment, a
+// sliding window, and any intersection of them. From those two functions and their inverses follow
+//
+//   - the element test, visible(r, c): lo(r) <= c < hi(r);
+//   - the KV tiles a Q tile visits, and which of them need the element test: a window has masked
+//     tiles at both ends of the range, causal only at its end, no mask only at a ragged last tile;
+//   - the Q tiles that see a KV tile (the backward's loop runs over Q tiles for each KV tile).
+//
+//     keys →     tile 0   tile 1   tile 2   tile 3          a sliding window, one Q tile:
+//     rows ↓    [x x · ·][· · · ·][· · · ·][· x x x]        first = 0, first_full = 1,
+//               [x x x ·][· · · ·][· · · ·][· · x x]        end_full = 3, end = 4
+//
+// A policy is a small struct with
+//   lo(r), hi(r)          the visible keys of row r (hi <= lo: none);
+//   first_row(k)          the first row with hi(row) > k (the first row that sees key k or a later one);
+//   end_row(k)            one past the last row with lo(row) <= k (the last that sees k or an earlier one);
+//   key_end()             one past the last key that exists (N_kv; unbounded for all but KeyBound);
+// and `Both<A, B>` intersects two of them. Everything is __host__ __device__ and 64-bit; the CPU
+// tests check each range against the element test, tile by tile.
+#pragma once
+
+#include <cstdint>
+
+#include "device/mask.h"  // FA_HD
+
+namespace fa::kernels {
+
+/// Stands for "no bound": far past any N (validation keeps sizes below 2^60 elements).
+constexpr int64_t kUnbounded = int64_t(1) << 61;
+
+FA_HD int64_t max64(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
+FA_HD int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+/// Floor and ceiling division by a positive divisor, for any sign of the dividend.
+FA_HD int64_t floor_div(int64_t a, int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+FA_HD int64_t ceil_div(int64_t a, int64_t b) {
+  return -floor_div(-a, b);
+}
+
+// ---- the policies ------------------------------------------------------------------------------
+
+/// Keys at and past N_kv do not exist (a ragged last KV tile). Every kernel's mask includes it.
+struct KeyBound {
+  int64_t n_kv;
+  FA_HD int64_t lo(int64_t) const { return 0; }
+  FA_HD int64_t hi(int64_t) const { return n_kv; }
+  FA_HD int64_t first_row(int64_t key) const { return key < n_kv ? -kUnbounded : kUnbounded; }
+  FA_HD int64_t end_row(int64_t key) const { return key >= 0 ? kUnbounded : -kUnbounded; }
+  FA_HD int64_t key_end() const { return n_kv; }
+};
+
+/// Key j is visible to row i when j <= i + offset (offset: AttentionParams::causal_offset(), 0
+/// top-left, N_kv − N_q bottom-right).
+struct Causal {
+  int64_t offset;
+  FA_HD int64_t lo(int64_t) const { return 0; }
+  FA_HD int64_t hi(int64_t row) const { return row + offset + 1; }
+  FA_HD int64_t first_row(int64_t key) const { return key - offset; }
+  FA_HD int64_t end_row(int64_t key) const { return key >= 0 ? kUnbounded : -kUnbounded; }
+  FA_HD int64_t key_end() const { return kUnbounded; }
+};
+
+/// flash-attn's window: key j is visible to row i when i + offset − left <= j <= i + offset + right
+/// (offset as for Causal; right = 0 is a causal window of `left` keys before the diagonal).
+struct SlidingWindow {
+  int64_t left, right, offset;
+  FA_HD int64_t lo(int64_t row) const { return row + offset - left; }
+  FA_HD int64_t hi(int64_t row) const { return row + offset + right + 1; }
+  FA_HD int64_t first_row(int64_t key) const { return key - offset - right; }
+  FA_HD int64_t end_row(int64_t key) const { return key - offset + left + 1; }
+  FA_HD int64_t key_end() const { return kUnbounded; }
+};
+
+/// The keys both A and B let a row see. Intervals intersect, and the ends stay monotone.
+template <class A, class B>
+struct Both {
+  A a;
+  B b;
+  FA_HD int64_t lo(int64_t row) const { return max64(a.lo(row), b.lo(row)); }
+  FA_HD int64_t hi(int64_t row) const { return min64(a.hi(row), b.hi(row)); }
+  // hi(row) > k needs both his above k: the later of the two first rows; lo(row) <= k both los.
+  FA_HD int64_t first_row(int64_t key) const { return max64(a.first_row(key), b.first_row(key)); }
+  FA_HD int64_t end_row(int64_t key) const { return min64(a.end_row(key), b.end_row(key)); }
+  FA_HD int64_t key_end() const { return min64(a.key_end(), b.key_end()); }
+};
+
+template <class A, class B>
+FA_HD Both<A, B> both(A a, B b) {
+  return Both<A, B>{a, b};
+}
+
+/// The element test of any policy.
+template <class Mask>
+FA_HD bool visible(const Mask& m, int64_t row, int64_t key) {
+  return m.lo(row) <= key && key < m.hi(row);
+}
+
+// ---- tile ranges -------------------------------------------------------------------------------
+
+/// Tiles [first, end) are visited; those in [first_full, end_full) are fully visible (no element
+/// test), those in [first, first_full) and [end_full, end) need it. first <= first_full <= end_full
+/// <= end; no fully visible tile: first_full = end_full = end; nothing visible: all four equal.
+struct TileRange {
+  int64_t first, first_full, end_full, end;
+  FA_HD int64_t count() const { return end - first; }
+  FA_HD bool empty() const { return end == first; }
+};
+
+FA_HD TileRange make_range(int64_t first, int64_t first_full, int64_t end_full, int64_t end) {
+  if (end <= first) return {first, first, first, first};
+  first_full = max64(first_full, first);
+  end_full = min64(end_full, end);
+  if (end_full <= first_full) first_full = end_full = end;
+  return {first, first_full, end_full, end};
+}
+
+/// The KV tiles (of `block_n` keys) that the Q tile of rows [m_start, m_start + rows) visits.
+/// Rows are the tile's existing rows (a ragged last Q tile passes fewer than BLOCK_M).
+template <class Mask>
+FA_HD TileRange kv_tiles(const Mask& m, int64_t m_start, int64_t rows, int block_n) {
+  const int64_t r0 = m_start, r1 = m_start + rows - 1;
+  const int64_t lo_min = max64(m.lo(r0), 0), hi_max = m.hi(r1);  // the ends are monotone in the row
+  if (rows <= 0 || hi_max <= lo_min) return {0, 0, 0, 0};
+  const int64_t lo_max = max64(m.lo(r1), 0), hi_min = m.hi(r0);
+  return make_range(floor_div(lo_min, block_n), ceil_div(lo_max, block_n), floor_div(hi_min, block_n),
+                    ceil_div(hi_max, block_n));
+}
+
+/// The Q tiles (of `block_m` rows, of N_q rows in all) that see some key of the KV tile
+/// [n_start, n_start + block_n): the backward's loop for one KV tile. A tile is fully visible when
+/// every element of its BLOCK_M × BLOCK_N block is: a ragged last tile either way never is (its
+/// missing rows or keys are masked like the rest).
+template <class Mask>
+FA_HD TileRange q_tiles(const Mask& m, int64_t n_start, int block_n, int block_m, int64_t n_q) {
+  // Only existing keys make a row see the tile: a row whose window starts past the last key sees
+  // nothing, though its lo is below the tile's end.
+  const int64_t k0 = n_start, k1 = min64(n_start + block_n, m.key_end()) - 1;
+  const int64_t r0 = max64(m.first_row(k0), 0), r1 = min64(m.end_row(k1), n_q);  // rows [r0, r1) see it
+  if (k1 < k0 || r1 <= r0) return {0, 0, 0, 0};
+  const int64_t k_last = n_start + block_n - 1;  // every key of the block, existing or not
+  const int64_t full0 = max64(m.first_row(k_last), 0), full1 = min64(m.end_row(k0), n_q);
+  return make_range(floor_div(r0, block_m), ceil_div(full0, block_m), floor_div(full1, block_m), ceil_div(r1, block_m));
+}
+
+}  // namespace fa::kernels

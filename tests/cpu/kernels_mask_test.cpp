@@ -1,0 +1,169 @@
+// The production layer's Mask policies (kernels/mask.h) against their own element test, tile by
+// tile: for every Q tile, the KV tiles it visits are exactly those holding a visible element, and
+// the fully visible ones exactly those whose every element is visible; the same for the Q tiles of
+// every KV tile. Masks: the ragged bound alone, causal in both alignments, sliding windows (masked
+// tiles at both ends), and a window intersected with causal. And the lessons' causal tile range
+// (device/tiles.h) is the policy's.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "device/tiles.h"
+#include "kernels/mask.h"
+
+namespace fa::kernels {
+namespace {
+
+struct Shape {
+  int64_t n_q, n_kv;
+  int block_m, block_n;
+};
+
+std::string describe(const Shape& s, const std::string& mask) {
+  std::ostringstream o;
+  o << mask << " N_q=" << s.n_q << " N_kv=" << s.n_kv << " BLOCK_M=" << s.block_m << " BLOCK_N=" << s.block_n;
+  return o.str();
+}
+
+// Brute force over one (row range, key range) block: does some element show, do all?
+template <class Mask>
+void scan(const Mask& m, int64_t r0, int64_t r1, int64_t k0, int64_t k1, bool* any, bool* all) {
+  *any = false;
+  *all = true;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t k = k0; k < k1; ++k) {
+      const bool v = visible(m, r, k);
+      *any |= v;
+      *all &= v;
+    }
+}
+
+// The expected range from per-tile verdicts: [first, end) spans the tiles with a visible element;
+// [first_full, end_full) the fully visible ones, which must be contiguous.
+void expect_range(const TileRange& got, const std::vector<bool>& any, const std::vector<bool>& all,
+                  const std::string& where) {
+  int64_t first = -1, last = -1, full_first = -1, full_last = -1;
+  for (int64_t t = 0; t < int64_t(any.size()); ++t) {
+    if (any[t] && first < 0) first = t;
+    if (any[t]) last = t;
+    if (all[t] && full_first < 0) full_first = t;
+    if (all[t]) full_last = t;
+  }
+  if (first < 0) {
+    EXPECT_TRUE(got.empty()) << where << ": nothing is visible, yet tiles [" << got.first << ", " << got.end
+                             << ") are visited";
+    return;
+  }
+  EXPECT_EQ(got.first, first) << where;
+  EXPECT_EQ(got.end, last + 1) << where;
+  for (int64_t t = first; t <= last; ++t) EXPECT_TRUE(any[t]) << where << ": tile " << t << " visited for nothing";
+  if (full_first < 0) {
+    EXPECT_EQ(got.first_full, got.end_full) << where << ": no tile is fully visible";
+    EXPECT_EQ(got.first_full, got.end) << where;
+    return;
+  }
+  for (int64_t t = full_first; t <= full_last; ++t) ASSERT_TRUE(all[t]) << where << ": full tiles not contiguous";
+  EXPECT_EQ(got.first_full, full_first) << where;
+  EXPECT_EQ(got.end_full, full_last + 1) << where;
+}
+
+template <class Mask>
+void check_policy(const Mask& m, const Shape& s, const std::string& name) {
+  const int64_t kv_tiles_n = cdiv(s.n_kv, s.block_n), q_tiles_n = cdiv(s.n_q, s.block_m);
+  // Forward: each Q tile's KV tiles. Its rows are the existing ones; a ragged last KV tile holds
+  // keys past N_kv, which the policy's bound hides, so it is never fully visible.
+  for (int64_t i = 0; i < q_tiles_n; ++i) {
+    const int64_t r0 = i * s.block_m, r1 = std::min<int64_t>(r0 + s.block_m, s.n_q);
+    std::vector<bool> any(kv_tiles_n), all(kv_tiles_n);
+    for (int64_t n = 0; n < kv_tiles_n; ++n) {
+      bool a, f;
+      scan(m, r0, r1, n * s.block_n, (n + 1) * s.block_n, &a, &f);
+      any[n] = a;
+      all[n] = f;
+    }
+    expect_range(kv_tiles(m, r0, r1 - r0, s.block_n), any, all, describe(s, name) + " Q tile " + std::to_string(i));
+  }
+  // Backward: each KV tile's Q tiles, all BLOCK_N keys of it; a ragged last Q tile never counts as
+  // fully visible (its missing rows are masked like the rest).
+  for (int64_t n = 0; n < kv_tiles_n; ++n) {
+    std::vector<bool> any(q_tiles_n), all(q_tiles_n);
+    for (int64_t i = 0; i < q_tiles_n; ++i) {
+      const int64_t r0 = i * s.block_m, r1 = std::min<int64_t>(r0 + s.block_m, s.n_q);
+      bool a, f;
+      scan(m, r0, r1, n * s.block_n, (n + 1) * s.block_n, &a, &f);
+      any[i] = a;
+      all[i] = f && r1 - r0 == s.block_m;
+    }
+    expect_range(q_tiles(m, n * s.block_n, s.block_n, s.block_m, s.n_q), any, all,
+                 describe(s, name) + " KV tile " + std::to_string(n));
+  }
+}
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> out;
+  for (int64_t n_q : {1, 17, 100, 257})
+    for (int64_t n_kv : {1, 17, 100, 257})
+      for (int bm : {64, 128})
+        for (int bn : {32, 64, 128}) out.push_back({n_q, n_kv, bm, bn});
+  return out;
+}
+
+TEST(KernelsMask, KeyBoundAlone) {
+  for (const Shape& s : shapes()) check_policy(KeyBound{s.n_kv}, s, "none");
+}
+
+TEST(KernelsMask, CausalBothAlignments) {
+  for (const Shape& s : shapes()) {
+    check_policy(both(KeyBound{s.n_kv}, Causal{0}), s, "causal top-left");
+    check_policy(both(KeyBound{s.n_kv}, Causal{s.n_kv - s.n_q}), s, "causal bottom-right");
+  }
+}
+
+TEST(KernelsMask, SlidingWindowsHaveMaskedTilesAtBothEnds) {
+  for (const Shape& s : shapes())
+    for (int64_t left : {0, 5, 40, 1000})
+      for (int64_t right : {0, 7, 70})
+        for (int64_t offset : {int64_t(0), s.n_kv - s.n_q}) {
+          const std::string name =
+              "window(" + std::to_string(left) + "," + std::to_string(right) + ") offset " + std::to_string(offset);
+          check_policy(both(KeyBound{s.n_kv}, SlidingWindow{left, right, offset}), s, name);
+          check_policy(both(both(KeyBound{s.n_kv}, Causal{offset}), SlidingWindow{left, right, offset}), s,
+                       name + " & causal");
+        }
+  // The picture in kernels/mask.h: one Q tile with masked tiles before and after its full ones.
+  const TileRange t = kv_tiles(both(KeyBound{1024}, SlidingWindow{200, 200, 0}), 256, 128, 64);
+  EXPECT_LT(t.first, t.first_full);
+  EXPECT_LT(t.end_full, t.end);
+}
+
+// The lessons' causal loop bounds (device/tiles.h) are the policy's, on every whole Q tile.
+TEST(KernelsMask, LessonsCausalRangeIsThePolicys) {
+  for (const Shape& s : shapes())
+    for (int64_t offset : {int64_t(0), s.n_kv - s.n_q}) {
+      const auto m = both(KeyBound{s.n_kv}, Causal{offset});
+      for (int64_t m_start = 0; m_start + s.block_m <= s.n_q; m_start += s.block_m) {
+        const TileRange t = kv_tiles(m, m_start, s.block_m, s.block_n);
+        const std::string where = describe(s, "causal") + " m_start " + std::to_string(m_start);
+        EXPECT_EQ(t.end, kv_tile_end(m_start, s.block_m, s.block_n, s.n_kv, true, offset)) << where;
+        EXPECT_EQ(t.first, 0) << where;
+        // The lesson's first masked tile is where the policy's full tiles end (or its range does).
+        const int64_t lesson_first_masked = kv_tile_first_masked(m_start, s.block_m, s.block_n, s.n_kv, true, offset);
+        EXPECT_EQ(t.first_full == t.end_full ? 0 : t.end_full, lesson_first_masked) << where;
+      }
+    }
+}
+
+TEST(KernelsMask, FloorAndCeilingDivisionForAnySign) {
+  EXPECT_EQ(floor_div(-1, 64), -1);
+  EXPECT_EQ(floor_div(-64, 64), -1);
+  EXPECT_EQ(floor_div(-65, 64), -2);
+  EXPECT_EQ(ceil_div(-1, 64), 0);
+  EXPECT_EQ(ceil_div(65, 64), 2);
+  EXPECT_EQ(ceil_div(64, 64), 1);
+}
+
+}  // namespace
+}  // namespace fa::kernels
