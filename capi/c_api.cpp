@@ -36,6 +36,22 @@ fa::Strides strides_of(const fa_attention_params& c, int tensor) {
 // (Shape and capability checks are the step's job: fa::validate.)
 std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
   if (!c) return "params is NULL";
+  // struct_size first (version 3): a smaller one is a caller built against another layout; a larger
+  // one is a later version's struct, taken only if the fields this library does not know are zero.
+  if (c->struct_size < sizeof(fa_attention_params))
+    return "struct_size is " + std::to_string(c->struct_size) + "; set it to sizeof(fa_attention_params), " +
+           std::to_string(sizeof(fa_attention_params)) + " in this library (C interface version " +
+           std::to_string(FA_C_API_VERSION) + ")";
+  if (c->struct_size > sizeof(fa_attention_params)) {
+    if (c->struct_size > (size_t(1) << 20))
+      return "struct_size " + std::to_string(c->struct_size) + " is not a struct's";
+    const unsigned char* extra = reinterpret_cast<const unsigned char*>(c) + sizeof(fa_attention_params);
+    for (size_t i = 0; i < c->struct_size - sizeof(fa_attention_params); ++i)
+      if (extra[i] != 0)
+        return "the struct sets fields past this library's (struct_size " + std::to_string(c->struct_size) +
+               ", this library knows " + std::to_string(sizeof(fa_attention_params)) +
+               " bytes): a newer C interface's options cannot be honoured here";
+  }
   if (c->dtype != FA_DTYPE_BF16) return "unknown dtype " + std::to_string(c->dtype) + "; supported: 0 (bf16)";
   if (c->causal_align != FA_CAUSAL_TOP_LEFT && c->causal_align != FA_CAUSAL_BOTTOM_RIGHT)
     return "unknown causal_align " + std::to_string(c->causal_align) + "; supported: 0 (top-left), 1 (bottom-right)";
@@ -73,14 +89,25 @@ const fa::StepInfo* lookup(int step, std::string& why) {
   return nullptr;
 }
 
-// Shared front half of fa_validate / fa_forward: lookup, conversion, validation.
+// Shared front half of fa_validate / fa_forward: lookup, conversion, validation. With FA_STEP_AUTO
+// the step is the library's choice (fa::choose_step).
 int prepare(int step, const fa_attention_params* c, fa::AttentionParams& p, const fa::StepInfo*& info, char* err,
             size_t err_len) {
   std::string why;
-  info = lookup(step, why);
-  if (!info) return fail(err, err_len, FA_ERROR_INVALID, why);
+  if (step != FA_STEP_AUTO) {
+    info = lookup(step, why);
+    if (!info) return fail(err, err_len, FA_ERROR_INVALID, why);
+  }
   why = convert(c, p);
   if (!why.empty()) return fail(err, err_len, FA_ERROR_INVALID, why);
+  if (step == FA_STEP_AUTO) {
+    int chosen = -1;
+    if (fa::Status st = fa::choose_step(p, &chosen); !st.ok())
+      return fail(err, err_len, FA_ERROR_UNSUPPORTED, st.message());
+    info = fa::find_step(chosen);
+    write_message(err, err_len, "");
+    return FA_OK;
+  }
   fa::Status st = fa::validate(p, info->caps);
   if (!st.ok()) return fail(err, err_len, FA_ERROR_UNSUPPORTED, st.message());
   write_message(err, err_len, "");
@@ -135,9 +162,17 @@ int fa_step_describe(int step, const fa_attention_params* p, char* buf, size_t b
   write_message(buf, buf_len, "");
   try {
     std::string why;
+    fa::AttentionParams params;
+    if (step == FA_STEP_AUTO) {
+      if (!convert(p, params).empty()) return FA_ERROR_INVALID;
+      int chosen = -1;
+      if (!fa::choose_step(params, &chosen).ok()) return FA_ERROR_UNSUPPORTED;
+      write_message(buf, buf_len,
+                    "step " + std::to_string(chosen) + ": " + fa::describe_config(*fa::find_step(chosen), params));
+      return FA_OK;
+    }
     const fa::StepInfo* info = lookup(step, why);
     if (!info) return FA_ERROR_INVALID;
-    fa::AttentionParams params;
     why = convert(p, params);
     if (!why.empty()) return FA_ERROR_INVALID;
     write_message(buf, buf_len, fa::describe_config(*info, params));
@@ -152,10 +187,33 @@ int fa_forward(int step, const fa_attention_params* p, void* stream, char* err, 
   try {
     fa::AttentionParams params;
     const fa::StepInfo* info = nullptr;
+    if (step == FA_STEP_AUTO) {
+      std::string why = convert(p, params);
+      if (!why.empty()) return fail(err, err_len, FA_ERROR_INVALID, why);
+      int ran = -1;
+      fa::Status st = fa::forward_auto(params, static_cast<cudaStream_t>(stream), &ran);
+      if (!st.ok()) return fail(err, err_len, st.unsupported() ? FA_ERROR_UNSUPPORTED : FA_ERROR_RUNTIME, st.message());
+      write_message(err, err_len, "");
+      return FA_OK;
+    }
     if (int rc = prepare(step, p, params, info, err, err_len); rc != FA_OK) return rc;
     fa::Status st = info->forward(params, static_cast<cudaStream_t>(stream));
     // A refusal is UNSUPPORTED whichever check made it; RUNTIME is kept for CUDA failures.
     if (!st.ok()) return fail(err, err_len, st.unsupported() ? FA_ERROR_UNSUPPORTED : FA_ERROR_RUNTIME, st.message());
+    return FA_OK;
+  } catch (const std::exception& e) {
+    return fail(err, err_len, FA_ERROR_RUNTIME, e.what());
+  } catch (...) {
+    return fail(err, err_len, FA_ERROR_RUNTIME, "unknown exception");
+  }
+}
+
+int fa_choose_step(const fa_attention_params* p, int* step, char* err, size_t err_len) {
+  try {
+    fa::AttentionParams params;
+    const fa::StepInfo* info = nullptr;
+    if (int rc = prepare(FA_STEP_AUTO, p, params, info, err, err_len); rc != FA_OK) return rc;
+    if (step) *step = info->number;
     return FA_OK;
   } catch (const std::exception& e) {
     return fail(err, err_len, FA_ERROR_RUNTIME, e.what());

@@ -47,6 +47,49 @@ std::string describe_config(const StepInfo& info, const AttentionParams& params)
   return info.config;
 }
 
+namespace {
+
+// The candidates of the library's choice, fastest first: the course's later steps are its faster
+// ones. The production kernels will head this list.
+std::vector<const StepInfo*> candidates() {
+  std::vector<const StepInfo*> out;
+  for (const StepInfo& s : steps()) out.push_back(&s);
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+Status choose_step(const AttentionParams& params, int* number) {
+  Status last = Status::Unsupported("no step is registered");
+  for (const StepInfo* s : candidates()) {
+    last = validate(params, s->caps);
+    if (last.ok()) {
+      *number = s->number;
+      return last;
+    }
+  }
+  return last;  // step 00's refusal: the most general step, whose reason is about the input
+}
+
+Status forward_auto(const AttentionParams& params, cudaStream_t stream, int* number) {
+  Status last = Status::Unsupported("no step is registered");
+  for (const StepInfo* s : candidates()) {
+    if (Status st = validate(params, s->caps); !st.ok()) {
+      last = st;
+      continue;
+    }
+    last = s->forward(params, stream);
+    // Ok, or a runtime error: done. A refusal at launch (no configuration fits this GPU's shared
+    // memory) wrote nothing: the next step may run it.
+    if (last.ok() || !last.unsupported()) {
+      *number = s->number;
+      return last;
+    }
+  }
+  return last;
+}
+
 Status run_step(int number, const AttentionParams& params, cudaStream_t stream) {
   const StepInfo* s = find_step(number);
   if (!s) return Status::Error(unknown_step_message(number));

@@ -34,9 +34,16 @@ extern "C" {
 
 /// @brief Version of this interface. It changes whenever `fa_attention_params` or a signature
 /// changes, so a caller with its own copy of the struct layout can refuse a mismatched library.
-/// Version 2 added `fa_attention_params::reserved`; a version-1 library reads a version-2 struct's
-/// leading fields, which are the same.
-#define FA_C_API_VERSION 2
+/// Version 2 added `fa_attention_params::reserved`. Version 3 puts `struct_size` first, so that the
+/// struct can grow at its end (a library refuses a struct with fields it does not know set), and
+/// adds `FA_STEP_AUTO`, the library's own choice of kernel. A version-2 struct given to a version-3
+/// library is refused: its first field, a pointer, is no struct size.
+#define FA_C_API_VERSION 3
+
+/// @brief The step argument that asks the library to choose: the fastest kernel this GPU runs that
+/// accepts the call (today the highest-numbered step that validates; the production kernels when
+/// they exist). -1 rather than 0, which is step 00's number.
+#define FA_STEP_AUTO (-1)
 
 /// @brief Return codes of the functions that can fail.
 typedef enum fa_status_code {
@@ -77,9 +84,13 @@ enum {
 ///
 /// O = softmax(scale · Q·Kᵀ [+ causal mask]) · V. Q and O are (B, H_q, N_q, D); K and V are
 /// (B, H_kv, N_kv, D); LSE, when non-NULL, is a contiguous fp32 (B, H_q, N_q) array. Zero-fill the
-/// struct (`= {0}` in C, `ctypes` does it for you) and set what you need: a zero `softmax_scale`
-/// means 1/sqrt(D).
+/// struct (`= {0}` in C, `ctypes` does it for you), set `struct_size = sizeof(fa_attention_params)`,
+/// and set what you need: a zero `softmax_scale` means 1/sqrt(D).
 typedef struct fa_attention_params {
+  /// `sizeof(fa_attention_params)` as the caller compiled it; set it first (zero is refused). A
+  /// library built with a smaller struct accepts a larger one only if the fields it does not know
+  /// are all zero.
+  size_t struct_size;
   const void* q;  ///< device pointer to Q
   const void* k;  ///< device pointer to K
   const void* v;  ///< device pointer to V
@@ -127,7 +138,8 @@ FA_CAPI_EXPORT int fa_num_steps(void);
 FA_CAPI_EXPORT int fa_step_info(int index, int* number, const char** name, const char** lesson, int* supports_causal,
                                 int* supports_lse);
 
-/// @brief Checks whether step `step` (its number) accepts `p`, launching nothing.
+/// @brief Checks whether step `step` (its number, or FA_STEP_AUTO: some kernel) accepts `p`,
+/// launching nothing.
 ///
 /// Runs the same validation the step runs first, `fa::validate`: pointers, sizes (their products
 /// in 128 bits), head dim, causal, LSE, strides, alignment, an O whose elements never share an
@@ -140,12 +152,14 @@ FA_CAPI_EXPORT int fa_step_info(int index, int* number, const char** name, const
 FA_CAPI_EXPORT int fa_validate(int step, const fa_attention_params* p, char* err, size_t err_len);
 
 /// @brief Writes into `buf` the kernel configuration step `step` uses for `p` (e.g. its tile sizes),
-/// or the empty string when the step does not describe itself. On failure `buf` holds the empty
+/// or the empty string when the step does not describe itself. With FA_STEP_AUTO: "step N: " and
+/// the configuration of the step the library would run. On failure `buf` holds the empty
 /// string, never an error message (fa_validate gives the reason).
 /// @return 0, or FA_ERROR_INVALID for an unknown step or malformed `p`.
 FA_CAPI_EXPORT int fa_step_describe(int step, const fa_attention_params* p, char* buf, size_t buf_len);
 
-/// @brief Runs step `step` (its number, as in steps/NN_name) on `p`, asynchronously on `stream`.
+/// @brief Runs step `step` (its number, as in steps/NN_name; FA_STEP_AUTO: the library's choice,
+/// `fa_choose_step`) on `p`, asynchronously on `stream`.
 ///
 /// Like every CUDA launch, it returns once the work is queued: synchronise `stream` before reading
 /// O. Errors that happen while the kernel runs surface at that synchronisation, not here.
@@ -156,6 +170,13 @@ FA_CAPI_EXPORT int fa_step_describe(int step, const fa_attention_params* p, char
 /// @param err_len size of `err` in bytes
 /// @return 0 on success; FA_ERROR_INVALID, FA_ERROR_UNSUPPORTED or FA_ERROR_RUNTIME with a message.
 FA_CAPI_EXPORT int fa_forward(int step, const fa_attention_params* p, void* stream, char* err, size_t err_len);
+
+/// @brief The step `fa_forward(FA_STEP_AUTO, p, ...)` runs on the current GPU: the fastest one that
+/// accepts `p` (validation includes the GPU check). Launches nothing.
+/// @param[out] step its number (untouched on failure)
+/// @return 0; or FA_ERROR_INVALID / FA_ERROR_UNSUPPORTED with the reason (no step accepts `p`: the
+/// refusal of the most general one, step 00).
+FA_CAPI_EXPORT int fa_choose_step(const fa_attention_params* p, int* step, char* err, size_t err_len);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -68,6 +68,16 @@ const StepInfo* find_step(int number);
 /// a step number that is not registered.
 std::string unknown_step_message(int number);
 
+/// @brief The library's choice for `params` on the current GPU: the fastest step that accepts it
+/// (the highest-numbered one that validates; GPU check included). The one dispatcher behind
+/// FA_STEP_AUTO in the C interface and `step=None` in the package.
+/// @return Ok and `*number`; or, when no step accepts `params`, the most general step's refusal.
+Status choose_step(const AttentionParams& params, int* number);
+
+/// @brief Runs the library's choice (`choose_step`) on `params`. A step that refuses at launch
+/// (its configurations do not fit this GPU) hands over to the next. `*number` gets the step that ran.
+Status forward_auto(const AttentionParams& params, cudaStream_t stream, int* number);
+
 /// @brief Runs `forward` of step `number`; an unknown step gives an error `Status`.
 Status run_step(int number, const AttentionParams& params, cudaStream_t stream);
 

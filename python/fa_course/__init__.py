@@ -2,6 +2,7 @@
 
     import fa_course
     o = fa_course.attention(q, k, v, causal=True)          # (B, N, H, D) bf16 CUDA tensors
+    o = fa_course.flash_attn_func(q, k, v, causal=True)    # flash-attn's names (causal bottom-right)
     o, lse = fa_course.attention(q, k, v, return_lse=True)
     fa_course.steps()                                      # every step, with its lesson
     fa_course.pick_step(q, k, v, causal=True)              # the step attention(step=None) runs
@@ -19,7 +20,7 @@ try:
 except PackageNotFoundError:  # run from the source tree, not installed
     __version__ = "0+source"
 
-__all__ = ["attention", "pick_step", "describe", "steps", "Step", "AttentionError", "InvalidCallError", "UnsupportedInputError"]
+__all__ = ["attention", "flash_attn_func", "pick_step", "describe", "steps", "Step", "AttentionError", "InvalidCallError", "UnsupportedInputError"]
 
 
 def steps() -> list:
@@ -35,6 +36,6 @@ except ImportError:  # the torch-free layer still works
     def attention(*args, **kwargs):
         raise ImportError("fa_course.attention needs PyTorch (pip install torch)")
 
-    pick_step = describe = attention
+    pick_step = describe = flash_attn_func = attention
 else:
-    from .ops import attention, describe, pick_step
+    from .ops import attention, describe, flash_attn_func, pick_step

@@ -1,8 +1,9 @@
 """The course's C interface (include/fa/c_api.h) through ctypes. No PyTorch here.
 
-Everything the package does goes through four functions of libfa2_capi.so: fa_step_info (the
-steps and their lessons), fa_validate (would this step accept this call? no GPU needed),
-fa_step_describe (its kernel configuration) and fa_forward (run it on a CUDA stream). Tensors
+Everything the package does goes through five functions of libfa2_capi.so: fa_step_info (the
+steps and their lessons), fa_validate (would this step accept this call? launches nothing),
+fa_choose_step (which step the library picks, STEP_AUTO), fa_step_describe (its kernel
+configuration) and fa_forward (run it on a CUDA stream). Tensors
 are device pointers with strides in elements, as the C header says.
 """
 from __future__ import annotations
@@ -18,7 +19,8 @@ OK, ERROR_INVALID, ERROR_UNSUPPORTED, ERROR_RUNTIME = 0, 1, 2, 3
 # fa_attention_params::causal_align, ::dtype
 CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1
 DTYPE_BF16 = 0
-API_VERSION = 2  # FA_C_API_VERSION this module was written against
+STEP_AUTO = -1  # FA_STEP_AUTO: the library chooses the kernel
+API_VERSION = 3  # FA_C_API_VERSION this module was written against
 
 LIBRARY_NAME = "libfa2_capi.so"
 ENV_LIBRARY = "FA_COURSE_LIB"  # a path to libfa2_capi.so that overrides the packaged one
@@ -52,6 +54,7 @@ class Params(ctypes.Structure):
     """fa_attention_params, field for field (its size is checked against the library's)."""
 
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("o", ctypes.c_void_p),
         ("lse", ctypes.c_void_p),
         ("batch", ctypes.c_int64), ("heads_q", ctypes.c_int64), ("heads_kv", ctypes.c_int64),
@@ -109,6 +112,8 @@ def lib() -> ctypes.CDLL:
     handle.fa_step_describe.argtypes = [ctypes.c_int, ctypes.POINTER(Params), ctypes.c_char_p, ctypes.c_size_t]
     handle.fa_forward.argtypes = [ctypes.c_int, ctypes.POINTER(Params), ctypes.c_void_p, ctypes.c_char_p,
                                   ctypes.c_size_t]
+    handle.fa_choose_step.argtypes = [ctypes.POINTER(Params), ctypes.POINTER(ctypes.c_int), ctypes.c_char_p,
+                                      ctypes.c_size_t]
     if handle.fa_api_version() != API_VERSION:
         raise OSError(f"fa_course: {path} has C interface version {handle.fa_api_version()}, "
                       f"this module expects {API_VERSION}")
@@ -136,9 +141,9 @@ def steps() -> list:
 
 # The struct's first 232 bytes (pointers, sizes, strides, scale, flags) in one pack: building it
 # through ctypes' field setters costs several microseconds a call. Checked against the fields below.
-_PACK = struct.Struct("=5Q6q16qf3i")
-assert all(getattr(Params, f).offset == o for f, o in (("batch", 40), ("strides", 88), ("softmax_scale", 216),
-                                                        ("dtype", 228), ("reserved", 232)))
+_PACK = struct.Struct("=6Q6q16qf3i")
+assert all(getattr(Params, f).offset == o for f, o in (("q", 8), ("batch", 48), ("strides", 96),
+                                                        ("softmax_scale", 224), ("dtype", 236), ("reserved", 240)))
 
 
 def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q: int, heads_kv: int,
@@ -150,7 +155,7 @@ def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q
     # The scale as C converts it to fp32: a double past fp32's range becomes ±inf (which the library
     # refuses), where struct's "f" would raise OverflowError.
     scale = ctypes.c_float(float(softmax_scale)).value
-    _PACK.pack_into(p, 0, q or 0, k or 0, v or 0, o or 0, lse or 0, batch, heads_q, heads_kv, seqlen_q, seqlen_kv,
+    _PACK.pack_into(p, 0, ctypes.sizeof(Params), q or 0, k or 0, v or 0, o or 0, lse or 0, batch, heads_q, heads_kv, seqlen_q, seqlen_kv,
                     head_dim, *(int(x) for row in strides for x in row), scale, 1 if causal else 0,
                     CAUSAL_BOTTOM_RIGHT if bottom_right else CAUSAL_TOP_LEFT, DTYPE_BF16)
     return p
@@ -164,6 +169,16 @@ def validate(step: int, p: Params) -> Optional[AttentionError]:
     err = ctypes.create_string_buffer(_ERR_LEN)
     code = lib().fa_validate(step, ctypes.byref(p), err, _ERR_LEN)
     return None if code == OK else error_for(code, err.value.decode(errors="replace"))
+
+
+def choose(p: Params) -> int:
+    """The step fa_forward(STEP_AUTO) runs for `p` on the current GPU; raises if none accepts it."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    step = ctypes.c_int(-1)
+    code = lib().fa_choose_step(ctypes.byref(p), ctypes.byref(step), err, _ERR_LEN)
+    if code != OK:
+        raise error_for(code, err.value.decode(errors="replace"))
+    return step.value
 
 
 def describe(step: int, p: Params) -> str:

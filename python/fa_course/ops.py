@@ -5,7 +5,6 @@ Layout: q is (B, N_q, H_q, D), k and v (B, N_kv, H_kv, D), like flash_attn_func;
 chosen step accepts (a (B, H, N, D) tensor passed as `x.transpose(1, 2)` is such a view). O comes
 back contiguous (B, N_q, H_q, D), LSE contiguous fp32 (B, H_q, N_q).
 """
-import functools
 from typing import Optional, Tuple
 
 import torch
@@ -16,7 +15,6 @@ _ALIGNS = {"top_left": False, "bottom_right": True}
 # The largest magnitude that rounds to 0 in fp32 (half the smallest subnormal, 2^-149; the tie goes
 # to the even neighbour, 0). Plain float arithmetic, so that torch.compile traces the check.
 _FP32_ROUNDS_TO_ZERO = 2.0 ** -150
-_refused_by_device: dict = {}  # (device index, step) -> message: steps this GPU cannot run at all
 
 
 def _strides(t: torch.Tensor) -> list:
@@ -51,29 +49,10 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"fa_course.attention: q {tuple(q.shape)} and k {tuple(k.shape)} differ in B or D")
 
 
-@functools.lru_cache(maxsize=None)
-def _candidates() -> tuple:
-    """Step numbers, fastest first: the course's later steps are its faster ones."""
-    return tuple(sorted((s.number for s in _capi.steps()), reverse=True))
-
-
 def _stream(device: int) -> int:
     """The current CUDA stream of `device` as an integer (a cudaStream_t)."""
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object: ~1 µs cheaper
     return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
-
-
-def _first_step(p: _capi.Params, device: int) -> Tuple[int, Optional[_capi.AttentionError]]:
-    """The fastest step that accepts `p` and that this GPU has not refused; (-1, why not) if none."""
-    last: Optional[_capi.AttentionError] = None
-    for s in _candidates():
-        if (device, s) in _refused_by_device:
-            continue
-        err = _capi.validate(s, p)
-        if err is None:
-            return s, None
-        last = err
-    return -1, last
 
 
 def _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse):
@@ -84,29 +63,11 @@ def _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse
 
 
 def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
-    """The op's body, on q's device (the caller made it current)."""
+    """The op's body, on q's device (the caller made it current). step < 0: the library's choice
+    (FA_STEP_AUTO: the fastest kernel this GPU runs that accepts the call, chosen in C)."""
     o, lse, p = _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse)
-    device = q.device.index
-    stream = _stream(device)
-    if step >= 0:
-        _capi.forward(step, p, stream)
-        return o, lse
-    # fa_forward validates before any GPU work and writes nothing when it refuses, so the
-    # candidates are tried by launching them: no separate fa_validate on this path.
-    last: Optional[_capi.AttentionError] = None
-    for s in _candidates():
-        if (device, s) in _refused_by_device:
-            continue
-        try:
-            _capi.forward(s, p, stream)
-            return o, lse
-        except _capi.UnsupportedInputError as e:
-            # The GPU check (library/validate.cpp, check_device) is the one refusal that holds for
-            # every later call on this device: remembered, so that later calls skip the step.
-            if "built for compute capability" in str(e):
-                _refused_by_device[(device, s)] = str(e)
-            last = e
-    raise last if last is not None else _capi.UnsupportedInputError(_capi.ERROR_UNSUPPORTED, "no step accepts this call")
+    _capi.forward(step if step >= 0 else _capi.STEP_AUTO, p, _stream(q.device.index))
+    return o, lse
 
 
 def _forward(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
@@ -216,18 +177,14 @@ def _picked(q, k, v, causal, causal_align, return_lse, what):
     if causal_align not in _ALIGNS:
         raise ValueError(f"fa_course.{what}: causal_align must be 'top_left' or 'bottom_right', got {causal_align!r}")
     _, _, p = _outputs_and_params(q, k, v, bool(causal), _ALIGNS[causal_align], 0.0, bool(return_lse))
-    s, why = _first_step(p, q.device.index)
-    if s < 0:
-        raise why if why is not None else _capi.UnsupportedInputError(_capi.ERROR_UNSUPPORTED, "no step accepts this call")
-    return s, p
+    with torch.cuda.device(q.device):  # the GPU check is the device's
+        return _capi.choose(p), p
 
 
 def pick_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               causal_align: str = "top_left", return_lse: bool = False) -> int:
-    """The step `attention(q, k, v, ..., step=None)` runs for these tensors and options: the
-    highest-numbered one that accepts them, leaving out the steps this GPU refused at an earlier
-    launch (a Hopper-only step on another GPU is refused at its first launch, then skipped).
-    Launches nothing."""
+    """The step `attention(q, k, v, ..., step=None)` runs for these tensors and options on their
+    GPU: the library's choice (fa_choose_step), the fastest that accepts them. Launches nothing."""
     return _picked(q, k, v, causal, causal_align, return_lse, "pick_step")[0]
 
 
@@ -237,4 +194,36 @@ def describe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
     e.g. "step 15: BLOCK_M=128 BLOCK_N=128 warps=12 stages=3 (tuned)": the tuner's remembered
     choice for this shape, or the heuristic's before the first call has tuned it. Launches nothing."""
     s, p = _picked(q, k, v, causal, causal_align, return_lse, "describe")
-    return f"step {s}: {_capi.describe(s, p)}"
+    with torch.cuda.device(q.device):
+        return f"step {s}: {_capi.describe(s, p)}"
+
+
+def _unsupported(what: str) -> NotImplementedError:
+    return NotImplementedError(f"fa_course.flash_attn_func: {what} is not supported yet (the course's later parts "
+                               "add it); the call was refused rather than computed without it")
+
+
+def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                    softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
+                    softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None, deterministic: bool = False,
+                    return_attn_probs: bool = False, *, return_lse: bool = False):
+    """flash-attn's `flash_attn_func`, same names, order and layout: q (B, N_q, H_q, D), k and v
+    (B, N_kv, H_kv, D), bf16 on a CUDA GPU; GQA by head counts; `causal` aligned bottom-right (the
+    last query sees every key), as flash-attn does. The library chooses the kernel.
+
+    Options the course does not have yet refuse with NotImplementedError instead of being ignored:
+    dropout_p > 0, a window other than (-1, -1), softcap, alibi_slopes, return_attn_probs.
+    `deterministic` is accepted (the forward is deterministic). Returns out, or (out, lse) with
+    return_lse=True; lse is fp32 (B, H_q, N_q), natural log."""
+    if dropout_p:
+        raise _unsupported(f"dropout (dropout_p={dropout_p})")
+    if tuple(window_size) != (-1, -1):
+        raise _unsupported(f"a sliding window (window_size={tuple(window_size)})")
+    if softcap:
+        raise _unsupported(f"logit softcapping (softcap={softcap})")
+    if alibi_slopes is not None:
+        raise _unsupported("ALiBi (alibi_slopes)")
+    if return_attn_probs:
+        raise _unsupported("return_attn_probs (the probabilities are never stored; return_lse=True gives the LSE)")
+    return attention(q, k, v, causal=causal, causal_align="bottom_right", softmax_scale=softmax_scale,
+                     return_lse=return_lse)

@@ -48,6 +48,7 @@ def test_make_params_fills_every_field_it_is_given():
     assert (p.softmax_scale, p.causal, p.causal_align, p.dtype) == (0.125, 1, _capi.CAUSAL_BOTTOM_RIGHT,
                                                                     _capi.DTYPE_BF16)
     assert list(p.reserved) == [0] * 8
+    assert p.struct_size == ctypes.sizeof(_capi.Params)
     null = _capi.make_params(q=0, k=0, v=0, o=0, lse=0, batch=1, heads_q=1, heads_kv=1, seqlen_q=1, seqlen_kv=1,
                              head_dim=64, strides=strides)
     assert [null.q, null.lse, null.causal, null.causal_align] == [None, None, 0, _capi.CAUSAL_TOP_LEFT]
@@ -155,3 +156,13 @@ def test_tma_steps_refuse_a_broadcast_input_other_steps_take_it():
             # Accepted; a Hopper step then meets validation's last rule, the GPU check, unless
             # this machine has an H100 or H200.
             assert err is None or (s.number >= 11 and "compute capability 9.0" in str(err)), (s.folder, err)
+
+
+def test_the_librarys_choice_is_the_fastest_step_that_accepts():
+    p = params()
+    accepted = [s.number for s in _capi.steps() if _capi.validate(s.number, p) is None]
+    assert _capi.choose(p) == max(accepted)
+    assert _capi.validate(_capi.STEP_AUTO, p) is None
+    assert _capi.describe(_capi.STEP_AUTO, p).startswith(f"step {max(accepted)}: ")
+    with pytest.raises(_capi.UnsupportedInputError, match="head dim 96"):
+        _capi.choose(params(head_dim=96))

@@ -213,3 +213,36 @@ def test_bad_inputs_raise_with_the_librarys_message():
         fa_course.attention(q6, k, v)
     with pytest.raises(fa_course.InvalidCallError, match="unknown step 99"):
         fa_course.attention(q, k, v, step=99)
+
+
+@pytest.mark.parametrize("shape", [(2, 77, 131, 4, 2, 64), (1, 300, 200, 8, 1, 128)], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attn_func_is_flash_attns_call(shape, causal):
+    q, k, v = inputs(*shape, seed=13)
+    out, lse = fa_course.flash_attn_func(q, k, v, None, 0.1, causal, return_lse=True)  # positional, as flash-attn
+    ref_o, ref_lse = reference(q, k, v, causal=causal, bottom_right=True, scale=0.1, lse=True)
+    close(out, ref_o)
+    seen = torch.isfinite(ref_lse)
+    torch.testing.assert_close(lse.double()[seen], ref_lse[seen], atol=1e-3, rtol=1e-3)
+    close(fa_course.flash_attn_func(q, k, v, causal=causal, deterministic=True), reference(
+        q, k, v, causal=causal, bottom_right=True))
+
+
+def test_flash_attn_func_refuses_what_it_does_not_have():
+    q, k, v = inputs(1, 64, 64, 2, 2, 64, seed=14)
+    for kwargs, what in (({"dropout_p": 0.1}, "dropout"), ({"window_size": (16, 0)}, "sliding window"),
+                         ({"softcap": 30.0}, "softcapping"), ({"alibi_slopes": torch.ones(2, device=DEV)}, "ALiBi"),
+                         ({"return_attn_probs": True}, "return_attn_probs")):
+        with pytest.raises(NotImplementedError, match=what):
+            fa_course.flash_attn_func(q, k, v, **kwargs)
+
+
+def test_the_default_path_is_the_librarys_choice():
+    """step=None is one fa_forward(FA_STEP_AUTO): the step it runs is pick_step's, bit for bit."""
+    q, k, v = inputs(2, 333, 500, 4, 2, 128, seed=15)
+    picked = fa_course.pick_step(q, k, v, causal=True)
+    assert torch.equal(fa_course.attention(q, k, v, causal=True), fa_course.attention(q, k, v, causal=True, step=picked))
+    # A K that broadcasts over the batch: the TMA steps refuse it, so the choice falls to step 10.
+    kb = k[:1].expand(2, -1, -1, -1)
+    assert fa_course.pick_step(q, kb, v) == 10
+    close(fa_course.attention(q, kb, v), reference(q, kb.contiguous(), v))

@@ -3,6 +3,7 @@
 // error paths, which must answer before any CUDA call is made.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -21,6 +22,7 @@ void* stand_in(uintptr_t slot) {
 fa_attention_params valid_params(int64_t head_dim = 64) {
   fa_attention_params p;
   std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
   p.q = stand_in(1);
   p.k = stand_in(2);
   p.v = stand_in(3);
@@ -268,6 +270,60 @@ TEST(CApi, EveryStepRefusesAnOutputWhoseRowsOverlap) {
     EXPECT_EQ(fa_validate(number, &p, err, sizeof err), FA_ERROR_UNSUPPORTED) << "step " << number;
     EXPECT_NE(std::string(err).find("o's sequence stride (8)"), std::string::npos) << number << ": " << err;
   }
+}
+
+// Version 3's struct_size: unset or smaller (a caller built against another layout) is invalid; a
+// larger struct (a later version's) is taken when the fields this library does not know are zero.
+TEST(CApi, StructSizeComesFirstAndGuardsTheLayout) {
+  EXPECT_EQ(FA_C_API_VERSION, 3);
+  EXPECT_EQ(offsetof(fa_attention_params, struct_size), 0u);
+  char err[256] = {};
+  fa_attention_params p = valid_params();
+  p.struct_size = 0;
+  EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("struct_size is 0; set it to sizeof(fa_attention_params)"), std::string::npos) << err;
+  EXPECT_EQ(fa_forward(FA_STEP_AUTO, &p, nullptr, err, sizeof err), FA_ERROR_INVALID);
+  struct Later {
+    fa_attention_params p;
+    int64_t new_option;
+  } later;
+  std::memset(&later, 0, sizeof later);
+  later.p = valid_params();
+  later.p.struct_size = sizeof later;
+  EXPECT_EQ(fa_validate(first_step_number(), &later.p, err, sizeof err), FA_OK) << err;
+  later.new_option = 7;
+  EXPECT_EQ(fa_validate(first_step_number(), &later.p, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("fields past this library's"), std::string::npos) << err;
+}
+
+// FA_STEP_AUTO: the library's choice is the highest-numbered step that fa_validate accepts on this
+// machine (without a GPU, the Hopper steps' GPU check refuses them); describe names it.
+TEST(CApi, TheLibrarysChoiceIsTheFastestStepThatAccepts) {
+  fa_attention_params p = valid_params();
+  int expected = -1;
+  for (int i = 0; i < fa_num_steps(); ++i) {
+    int number = -1;
+    ASSERT_EQ(fa_step_info(i, &number, nullptr, nullptr, nullptr, nullptr), FA_OK);
+    if (fa_validate(number, &p, nullptr, 0) == FA_OK) expected = number;
+  }
+  ASSERT_GE(expected, 10) << "the tensor-core steps accept a plain bf16 call";
+  char err[256] = "stale";
+  int chosen = -5;
+  EXPECT_EQ(fa_choose_step(&p, &chosen, err, sizeof err), FA_OK) << err;
+  EXPECT_EQ(chosen, expected);
+  EXPECT_STREQ(err, "");
+  EXPECT_EQ(fa_validate(FA_STEP_AUTO, &p, err, sizeof err), FA_OK) << err;
+  char buf[256] = {};
+  EXPECT_EQ(fa_step_describe(FA_STEP_AUTO, &p, buf, sizeof buf), FA_OK);
+  EXPECT_EQ(std::string(buf).rfind("step " + std::to_string(expected) + ": ", 0), 0u) << buf;
+  // No step accepts head dim 96: the most general step's reason, and nothing chosen.
+  fa_attention_params d96 = valid_params(96);
+  chosen = -5;
+  EXPECT_EQ(fa_choose_step(&d96, &chosen, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("head dim 96 is not supported"), std::string::npos) << err;
+  EXPECT_EQ(chosen, -5);
+  EXPECT_EQ(fa_forward(FA_STEP_AUTO, &d96, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_EQ(fa_choose_step(nullptr, &chosen, err, sizeof err), FA_ERROR_INVALID);
 }
 
 // Inputs may broadcast (a stride of 0) and a dimension of size 1 may have any stride: both are
