@@ -20,6 +20,10 @@
 //   key_end()             one past the last key that exists (N_kv; unbounded for all but KeyBound);
 // and `Both<A, B>` intersects two of them. Everything is __host__ __device__ and 64-bit; the CPU
 // tests check each range against the element test, tile by tile.
+//
+// In the kernel, the element test runs on every score of a masked tile, so it is 32-bit there:
+// `element()` gives a functor (row, col) -> visible for apply_mask (device/warp_tile.h), the same
+// rule in int (the kernels index rows and keys below 2^30, library/launch_limits.h).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +59,11 @@ struct KeyBound {
   FA_HD int64_t first_row(int64_t key) const { return key < n_kv ? -kUnbounded : kUnbounded; }
   FA_HD int64_t end_row(int64_t key) const { return key >= 0 ? kUnbounded : -kUnbounded; }
   FA_HD int64_t key_end() const { return n_kv; }
+  struct Element {
+    int n_kv;
+    FA_HD bool operator()(int, int col) const { return col < n_kv; }
+  };
+  FA_HD Element element() const { return {int(n_kv)}; }
 };
 
 /// Key j is visible to row i when j <= i + offset (offset: AttentionParams::causal_offset(), 0
@@ -66,6 +75,11 @@ struct Causal {
   FA_HD int64_t first_row(int64_t key) const { return key - offset; }
   FA_HD int64_t end_row(int64_t key) const { return key >= 0 ? kUnbounded : -kUnbounded; }
   FA_HD int64_t key_end() const { return kUnbounded; }
+  struct Element {
+    int offset;  // |offset| < 2^30
+    FA_HD bool operator()(int row, int col) const { return col <= row + offset; }
+  };
+  FA_HD Element element() const { return {int(offset)}; }
 };
 
 /// flash-attn's window: key j is visible to row i when i + offset − left <= j <= i + offset + right
@@ -77,6 +91,14 @@ struct SlidingWindow {
   FA_HD int64_t first_row(int64_t key) const { return key - offset - right; }
   FA_HD int64_t end_row(int64_t key) const { return key - offset + left + 1; }
   FA_HD int64_t key_end() const { return kUnbounded; }
+  struct Element {
+    int lo, hi;  // row + lo <= col <= row + hi; a window wider than 2^30 is clamped (no row is that long)
+    FA_HD bool operator()(int row, int col) const { return (col >= row + lo) & (col <= row + hi); }
+  };
+  FA_HD Element element() const {
+    const int64_t big = int64_t(1) << 30;
+    return {int(max64(offset - left, -big)), int(min64(offset + right, big))};
+  }
 };
 
 /// The keys both A and B let a row see. Intervals intersect, and the ends stay monotone.
@@ -90,6 +112,13 @@ struct Both {
   FA_HD int64_t first_row(int64_t key) const { return max64(a.first_row(key), b.first_row(key)); }
   FA_HD int64_t end_row(int64_t key) const { return min64(a.end_row(key), b.end_row(key)); }
   FA_HD int64_t key_end() const { return min64(a.key_end(), b.key_end()); }
+  struct Element {
+    typename A::Element a;
+    typename B::Element b;
+    // Bitwise, not short-circuit: both tests are a compare or two, kept in predicates.
+    FA_HD bool operator()(int row, int col) const { return a(row, col) & b(row, col); }
+  };
+  FA_HD Element element() const { return {a.element(), b.element()}; }
 };
 
 template <class A, class B>

@@ -55,8 +55,9 @@ TARGET_LAYERS = [
     (re.compile(r"^fa_step(\d\d|\$\{nn\})$"), "steps"),
     (re.compile(r"^fa_(mutant|experiment|\$\{kind\})_obj_"), "steps"),  # patched copies of a step
     (re.compile(r"^fa2_capi$"), "capi"),
+    (re.compile(r"^fa_kernel_(\w+|\$\{name\})$"), "kernels"),
 ]
-LIBRARY_LAYERS = {"fa_device": "device", "fa_library": "library", "fa_reference": "reference",
+LIBRARY_LAYERS = {"fa_device": "device", "fa_library": "library", "fa_reference": "reference", "fa_kernel_mma": "kernels",
                   "fa_harness": "harness", "fa_gpu_suite": "tests"}
 
 

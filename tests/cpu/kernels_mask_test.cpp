@@ -72,6 +72,11 @@ void expect_range(const TileRange& got, const std::vector<bool>& any, const std:
 
 template <class Mask>
 void check_policy(const Mask& m, const Shape& s, const std::string& name) {
+  // The kernels' 32-bit element test is the 64-bit one, on every (row, key) of the shape.
+  const auto element = m.element();
+  for (int64_t r = 0; r < s.n_q; ++r)
+    for (int64_t k = 0; k < cdiv(s.n_kv, s.block_n) * s.block_n; ++k)
+      ASSERT_EQ(element(int(r), int(k)), visible(m, r, k)) << describe(s, name) << " row " << r << " key " << k;
   const int64_t kv_tiles_n = cdiv(s.n_kv, s.block_n), q_tiles_n = cdiv(s.n_q, s.block_m);
   // Forward: each Q tile's KV tiles. Its rows are the existing ones; a ragged last KV tile holds
   // keys past N_kv, which the policy's bound hides, so it is never fully visible.

@@ -1,0 +1,292 @@
+// The production forward on mma.sync (any sm_80+ GPU), generalised from step 10 (lazy rescaling,
+// 32 query rows per warp, a cp.async ring). Not a lesson: the steps never include it. What the
+// lesson hard-wired is a policy here:
+//
+//   Mask      which KV tiles a Q tile visits and which need the element test (kernels/mask.h):
+//             by default the call's causal flag (either alignment) at run time, as step 10; a
+//             sliding window is one more policy, with masked tiles at both ends of the range.
+//   ScoreMod  a hook on each score tile before the row max (Identity: no instruction).
+//   Scheduler which Q tile and (batch, head) a block works on (Grid: one block per tile, the
+//             longest causal tiles first).
+//   Epilogue  how O and LSE leave (RegisterStore: bf16 pairs from the accumulators).
+//
+// With the default policies it computes what step 10 computes, with step 10's instructions per KV
+// tile (static.kernels.mma checks the HMMA count and that nothing spills).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "device/mask.h"
+#include "device/ptx/cp_async.h"
+#include "device/smem_tile.h"
+#include "device/warp_tile.h"
+#include "fa/registry.h"
+#include "kernels/kernels.h"
+#include "kernels/mask.h"
+#include "library/cuda_status.h"
+#include "library/launch_limits.h"
+#include "library/tuner.h"
+
+namespace fa::kernels::mma {
+namespace {
+
+using namespace fa::tile;
+using fa::ptx::cp_async_commit;
+using fa::ptx::cp_async_wait;
+
+constexpr int kWarpSize = 32;
+constexpr int kMmaRows = 16;  // rows of one m16n8k16 tile
+
+// One kernel configuration: query rows per block, keys per K/V tile, K/V tiles in flight.
+template <int BLOCK_M_, int BLOCK_N_, int STAGES_>
+struct Config {
+  static constexpr int BLOCK_M = BLOCK_M_;
+  static constexpr int BLOCK_N = BLOCK_N_;
+  static constexpr int STAGES = STAGES_;
+  static constexpr int M_TILES = 2;                         // 16-row mma tiles per warp
+  static constexpr int ROWS_PER_WARP = kMmaRows * M_TILES;  // each warp owns 32 query rows
+  static constexpr int NUM_WARPS = BLOCK_M / ROWS_PER_WARP;
+  static constexpr int NUM_THREADS = NUM_WARPS * kWarpSize;
+  // Rescale only when a row's max rose by more than this (exp2 units): P <= 2^8 until then.
+  static constexpr float RESCALE_THRESHOLD = 8.0f;
+  // Shared memory: the Q tile, then STAGES × (K tile, V tile), all (rows, HEAD_DIM) bf16 swizzled.
+  template <int HEAD_DIM>
+  static constexpr int smem_bytes() {
+    return SwizzledLayout<HEAD_DIM>::bytes(BLOCK_M + STAGES * 2 * BLOCK_N);
+  }
+};
+
+// ---- policies ----------------------------------------------------------------------------------
+
+/// Mask policies. A policy gives the KV tiles of a Q tile (kernels/mask.h's ranges), the element
+/// test of the masked ones, and whether the Q tiles with the most keys go first. kFromFirstKey: every
+/// row's keys start at key 0 (no window's lower edge), so the range starts at KV tile 0 and no tile
+/// before the full ones is masked; the loop then is step 10's exactly (a tile index from 0, one
+/// bound), which at 255 registers decides between spilling and not.
+///
+/// CausalFlag, the default: the call's causal flag, either alignment, decided at run time in one
+/// kernel as step 10 does; its element test is the lessons' (device/mask.h). A compile-time mask
+/// (a sliding window) is a policy with its own kernel.
+struct CausalFlag {
+  static constexpr bool kFromFirstKey = true;
+  __device__ __forceinline__ static TileRange range(const AttentionParams& p, int64_t offset, int m_start, int rows,
+                                                    int block_n) {
+    const KeyBound bound{p.seqlen_kv};
+    return p.causal ? kv_tiles(both(bound, Causal{offset}), m_start, rows, block_n)
+                    : kv_tiles(bound, m_start, rows, block_n);
+  }
+  __device__ __forceinline__ static fa::CausalMask element(const AttentionParams& p, int64_t offset) {
+    return {int(p.seqlen_kv), p.causal, offset};
+  }
+  __device__ __forceinline__ static bool longest_first(const AttentionParams& p) { return p.causal; }
+};
+
+/// ScoreMod: applied to each (16, BLOCK_N) score tile before the mask and the row max.
+struct Identity {
+  template <int N>
+  __device__ __forceinline__ void operator()(Acc<N>&, int /*row0*/, int /*col0*/) const {}
+};
+
+/// Scheduler: one block per (Q tile, batch·head); B·H_q continues along z past gridDim.y's 65535.
+struct GridScheduler {
+  struct Work {
+    int m_block;
+    int64_t bh;
+  };
+  static dim3 grid(int64_t m_tiles, int64_t batch_heads) {
+    return dim3(unsigned(m_tiles), unsigned(std::min<int64_t>(batch_heads, kMaxGridYZ)),
+                unsigned(cdiv(batch_heads, kMaxGridYZ)));
+  }
+  __device__ __forceinline__ static Work work(bool longest_first) {
+    const int m_block = longest_first ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+    return {m_block, blockIdx.y + int64_t(blockIdx.z) * gridDim.y};
+  }
+};
+
+/// Epilogue: O (normalised, bf16) and LSE straight from the registers; rows past N_q not written.
+struct RegisterStore {
+  template <int D>
+  __device__ __forceinline__ static void store(bf16* o_ptr, int64_t o_row_stride, float* lse_ptr, const Acc<D>& o_i,
+                                               Rows m_i, Rows l, float scale_log2, int tile_row0, int valid_rows) {
+    store_rows(o_ptr, o_row_stride, o_i, safe_inverse(l), tile_row0, valid_rows);
+    if (lse_ptr != nullptr) store_row_values(lse_ptr, log_sum_exp(m_i, l, scale_log2), tile_row0, valid_rows);
+  }
+};
+
+// ---- the kernel --------------------------------------------------------------------------------
+
+template <int HEAD_DIM, typename Cfg, typename MaskT = CausalFlag, typename ScoreMod = Identity,
+          typename Scheduler = GridScheduler, typename Epilogue = RegisterStore>
+__global__ void __launch_bounds__(Cfg::NUM_THREADS)
+    attention_kernel(const AttentionParams params, const float scale_log2, const int64_t offset) {
+  constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
+  constexpr int STAGES = Cfg::STAGES, M_TILES = Cfg::M_TILES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
+  using Layout = SwizzledLayout<HEAD_DIM>;
+  extern __shared__ uint4 smem[];  // uint4: 16-byte aligned, as cp.async and ldmatrix need
+  const SmemTile<BLOCK_M, Layout> q_tile{reinterpret_cast<bf16*>(smem)};              // (BLOCK_M, HEAD_DIM)
+  const SmemTile<BLOCK_N, Layout> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
+
+  const int warp = int(threadIdx.x) / kWarpSize;
+  const int n_q = int(params.seqlen_q), n_kv = int(params.seqlen_kv);
+
+  // ---- pointers: 64-bit offsets, every tensor through its own strides.
+  const typename Scheduler::Work work = Scheduler::work(MaskT::longest_first(params));
+  if (work.bh >= params.batch * params.heads_q) return;  // the few spare blocks of the last z slice
+  const int64_t b = work.bh / params.heads_q, h = work.bh % params.heads_q;
+  const int64_t h_kv = kv_head_of(h, params.heads_q, params.heads_kv);
+  const int m_start = work.m_block * BLOCK_M;
+  const bf16* q_ptr = static_cast<const bf16*>(params.q) + b * params.q_stride.batch + h * params.q_stride.head +
+                      int64_t(m_start) * params.q_stride.seq;
+  const bf16* k_ptr = static_cast<const bf16*>(params.k) + b * params.k_stride.batch + h_kv * params.k_stride.head;
+  const bf16* v_ptr = static_cast<const bf16*>(params.v) + b * params.v_stride.batch + h_kv * params.v_stride.head;
+  bf16* o_ptr = static_cast<bf16*>(params.o) + b * params.o_stride.batch + h * params.o_stride.head +
+                int64_t(m_start) * params.o_stride.seq;
+  const int row0 = m_start + warp * ROWS_PER_WARP;  // this warp's first query row
+
+  // The KV tiles this Q tile visits, [first, end), and the fully visible ones among them: for all
+  // BLOCK_M rows, as step 10 counts them (rows past N_q are computed, never stored; counting only
+  // the existing ones cost a register, and at 255 one spill, in two D = 128 configurations).
+  const TileRange range = MaskT::range(params, offset, m_start, BLOCK_M, BLOCK_N);
+  const int first = MaskT::kFromFirstKey ? 0 : int(range.first);
+  const int n_blocks = int(range.end) - first;
+  const int full_first = MaskT::kFromFirstKey ? 0 : int(range.first_full), full_end = int(range.end_full);
+  const auto element = MaskT::element(params, offset);  // the 32-bit element test
+
+  // KV tile `first + i` lives in ring slot i % STAGES, K first.
+  auto k_tile_of = [&](int i) { return next_tile(kv_ring, 2 * (i % STAGES)); };
+  auto v_tile_of = [&](int i) { return next_tile(kv_ring, 2 * (i % STAGES) + 1); };
+  // Issues the copies of the i-th visited KV tile into its ring slot (rows past N_kv arrive as zeros).
+  auto load_kv = [&](int i) {
+    const int n_start = (first + i) * BLOCK_N;
+    const int kv_rows = min(BLOCK_N, n_kv - n_start);
+    load_tile_async<NUM_THREADS>(k_tile_of(i), k_ptr + n_start * params.k_stride.seq, params.k_stride.seq, kv_rows);
+    load_tile_async<NUM_THREADS>(v_tile_of(i), v_ptr + n_start * params.v_stride.seq, params.v_stride.seq, kv_rows);
+  };
+
+  // ---- load Q, and the first STAGES-1 K/V tiles behind it.
+  load_tile_async<NUM_THREADS>(q_tile, q_ptr, params.q_stride.seq, min(BLOCK_M, n_q - m_start));
+  cp_async_commit();
+  for (int stage = 0; stage < STAGES - 1; ++stage) {
+    if (stage < n_blocks) load_kv(stage);
+    cp_async_commit();  // an empty group keeps the group count the same everywhere
+  }
+  cp_async_wait<STAGES - 1>();  // the oldest group, Q, has landed
+  __syncthreads();
+
+  // ---- init state
+  Acc<HEAD_DIM> o_i[M_TILES];  // (16, HEAD_DIM) fp32 each, unnormalised output
+  Rows m_i[M_TILES];           // running row max, raw score units
+  Rows l_i[M_TILES];           // running row sum over this lane's columns
+#pragma unroll
+  for (int t = 0; t < M_TILES; ++t) {
+    o_i[t] = zeros<HEAD_DIM>();
+    m_i[t] = rows(-INFINITY);
+    l_i[t] = rows(0.0f);
+  }
+  const ScoreMod score_mod{};
+
+  // ---- KV loop
+  for (int i = 0; i < n_blocks; ++i) {
+    const int n_block = first + i, n_start = n_block * BLOCK_N;
+    cp_async_wait<STAGES - 2>();                             // tile i has landed (this thread's copies)
+    __syncthreads();                                         // everyone's; and every warp is done reading tile i-1
+    if (i + STAGES - 1 < n_blocks) load_kv(i + STAGES - 1);  // into the slot just freed
+    cp_async_commit();
+    const SmemTile<BLOCK_N, Layout> k_tile = k_tile_of(i), v_tile = v_tile_of(i);
+    const bool masked = n_block < full_first || n_block >= full_end;
+
+    Acc<BLOCK_N> s[M_TILES];
+    mma_qk_tiles(s, q_tile, warp * ROWS_PER_WARP, k_tile);  // S_t = Q_t·Kᵀ
+
+    FragA<BLOCK_N> p[M_TILES];  // P_t in bf16, the A operand of P·V
+#pragma unroll
+    for (int t = 0; t < M_TILES; ++t) {
+      score_mod(s[t], row0 + kMmaRows * t, n_start);
+      // Masked scores become -inf before the row max, on the tiles that need it only.
+      if (masked) apply_mask(s[t], row0 + kMmaRows * t, n_start, element);
+      const Rows m_new = row_max(s[t], m_i[t]);
+      if (any_max_moved(m_i[t], m_new, scale_log2, Cfg::RESCALE_THRESHOLD)) {
+        const Rows alpha = rescale_factor(m_i[t], scale_log2, exp2_offset(m_new, scale_log2));
+        rescale(o_i[t], alpha);
+        l_i[t] = l_i[t] * alpha;
+        m_i[t] = m_new;
+      }
+      const Acc<BLOCK_N> p_t = exp2_rows(s[t], scale_log2, exp2_offset(m_i[t], scale_log2));
+      p[t] = to_bf16(p_t);
+      l_i[t] = l_i[t] + row_sum(p_t);
+    }
+    mma_pv_tiles(o_i, p, v_tile);  // O_t += P_t·V
+  }
+
+  // ---- normalise and store
+  float* lse_ptr = params.lse ? params.lse + (b * params.heads_q + h) * int64_t(n_q) + m_start : nullptr;
+#pragma unroll
+  for (int t = 0; t < M_TILES; ++t) {
+    const int tile_row0 = warp * ROWS_PER_WARP + kMmaRows * t;
+    Epilogue::store(o_ptr, params.o_stride.seq, lse_ptr, o_i[t], m_i[t], quad_sum(l_i[t]), scale_log2, tile_row0,
+                    n_q - m_start);
+  }
+}
+
+template <int HEAD_DIM, typename Cfg>
+Status launch(const AttentionParams& p, cudaStream_t stream) {
+  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
+  constexpr float kLog2e = 1.4426950408889634f;
+  const auto kernel = attention_kernel<HEAD_DIM, Cfg>;
+  if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
+  const dim3 grid = GridScheduler::grid(cdiv(p.seqlen_q, Cfg::BLOCK_M), p.batch * p.heads_q);
+  kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, p.effective_scale() * kLog2e, p.causal_offset());
+  FA_LAUNCH_RETURN();
+  return Status::Ok();
+}
+
+template <int HEAD_DIM, typename Cfg>
+tuner::KernelConfig config() {
+  return {HEAD_DIM,
+          Cfg::BLOCK_M,
+          Cfg::BLOCK_N,
+          Cfg::NUM_WARPS,
+          Cfg::STAGES,
+          Cfg::template smem_bytes<HEAD_DIM>(),
+          &launch<HEAD_DIM, Cfg>};
+}
+
+// Step 10's list: its measured order of preference per head dim.
+const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
+                          {
+                              config<64, Config<128, 128, 2>>(),
+                              config<64, Config<128, 64, 3>>(),
+                              config<64, Config<128, 64, 2>>(),
+                              config<64, Config<64, 64, 3>>(),
+                              config<128, Config<128, 64, 2>>(),
+                              config<128, Config<128, 64, 3>>(),
+                              config<128, Config<128, 32, 3>>(),
+                              config<128, Config<128, 32, 2>>(),
+                          });
+
+const Capabilities kCaps = [] {
+  Capabilities c;
+  c.head_dims = {64, 128};
+  c.causal = true;
+  c.lse = true;
+  c.gqa = true;
+  c.tensor_cores = true;
+  c.max_seqlen = kTileMaxSeqlen;           // 32-bit row indices
+  c.max_batch_heads = kTileMaxBatchHeads;  // B·H_q over the grid's y and z
+  return c;
+}();
+
+}  // namespace
+
+Status forward(const AttentionParams& p, cudaStream_t stream) {
+  if (Status st = validate(p, kCaps); !st.ok()) return st;
+  return kTuner.run(p, stream);
+}
+
+FA_REGISTER_STEP({kProductionMma, "kernel_mma", /*base=*/10,
+                  "the production forward on mma.sync: step 10 with its mask, score hook, scheduler and epilogue "
+                  "as policies",
+                  kCaps, &forward, ""})
+
+}  // namespace fa::kernels::mma

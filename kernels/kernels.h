@@ -1,0 +1,11 @@
+// The production kernels' registry numbers. They register beside the steps (one registry, one
+// validation, one tuner), numbered above every step so that a step number never collides with
+// them; the lessons never include this layer.
+#pragma once
+
+namespace fa::kernels {
+
+/// The forward on mma.sync (kernels/fwd_mma.cu), generalised from step 10.
+constexpr int kProductionMma = 100;
+
+}  // namespace fa::kernels

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""A production kernel against the step it generalises, configuration by configuration: the same
+count of each named instruction (tensor-core, ldmatrix, cp.async, exp2) in the SASS of every
+(architecture, head dim, Config) both objects compile. The policies are free only if this holds.
+
+  same_counts.py --cuobjdump PATH --kernel OBJ --step OBJ [--ins HMMA LDSM LDGSTS MUFU.EX2]
+
+Kernels are matched by their template arguments `attention_kernel<HEAD_DIM, Config<...>, ...>`;
+a configuration one object has and the other lacks is a failure too. Exit 1 with a table of every
+difference."""
+import argparse
+import collections
+import re
+import subprocess
+import sys
+
+KEY_RE = re.compile(r"attention_kernelILi(\d+)E.*?ConfigILi(-?\d+)ELi(-?\d+)ELi(-?\d+)E")
+
+
+def counts(cuobjdump, obj, names):
+    out = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True, check=True).stdout
+    table = collections.defaultdict(collections.Counter)
+    arch = key = None
+    for line in out.splitlines():
+        if "arch = " in line:
+            arch = line.split("arch = ")[1].strip()
+        elif "Function : " in line:
+            m = KEY_RE.search(line)
+            key = (arch, int(m.group(1)), tuple(int(g) for g in m.group(2, 3, 4))) if m else None
+        elif key is not None:
+            for n in names:
+                if re.search(r"\b" + re.escape(n) + r"\b", line):
+                    table[key][n] += 1
+    return table
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cuobjdump", required=True)
+    ap.add_argument("--kernel", required=True)
+    ap.add_argument("--step", required=True)
+    ap.add_argument("--ins", nargs="+", default=["HMMA", "LDSM", "LDGSTS", "MUFU.EX2"])
+    a = ap.parse_args()
+    k, s = counts(a.cuobjdump, a.kernel, a.ins), counts(a.cuobjdump, a.step, a.ins)
+    if not k or not s:
+        print(f"no attention_kernel<HEAD_DIM, Config<...>> found ({len(k)} in the kernel, {len(s)} in the step)")
+        return 1
+    bad = 0
+    for key in sorted(set(k) | set(s)):
+        line = f"{key[0]} D={key[1]} Config<{','.join(map(str, key[2]))}>: " + " ".join(
+            f"{n} {k[key][n] if key in k else '-'}/{s[key][n] if key in s else '-'}" for n in a.ins)
+        same = key in k and key in s and all(k[key][n] == s[key][n] for n in a.ins)
+        bad += not same
+        print(("same   " if same else "DIFFER ") + line)
+    print(f"{len(set(k) | set(s))} configurations, {bad} differ (counts: kernel/step)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
