@@ -136,7 +136,9 @@ FA_HD bool visible(const Mask& m, int64_t row, int64_t key) {
 
 /// Tiles [first, end) are visited; those in [first_full, end_full) are fully visible (no element
 /// test), those in [first, first_full) and [end_full, end) need it. first <= first_full <= end_full
-/// <= end; no fully visible tile: first_full = end_full = end; nothing visible: all four equal.
+/// <= end; no fully visible tile: first_full = end_full = first, so that [end_full, end) holds every
+/// masked tile whenever first_full == first (a loop that starts at the first key tests one bound);
+/// nothing visible: all four equal.
 struct TileRange {
   int64_t first, first_full, end_full, end;
   FA_HD int64_t count() const { return end - first; }
@@ -147,7 +149,7 @@ FA_HD TileRange make_range(int64_t first, int64_t first_full, int64_t end_full, 
   if (end <= first) return {first, first, first, first};
   first_full = max64(first_full, first);
   end_full = min64(end_full, end);
-  if (end_full <= first_full) first_full = end_full = end;
+  if (end_full <= first_full) first_full = end_full = first;
   return {first, first_full, end_full, end};
 }
 

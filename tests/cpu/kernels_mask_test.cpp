@@ -62,7 +62,7 @@ void expect_range(const TileRange& got, const std::vector<bool>& any, const std:
   for (int64_t t = first; t <= last; ++t) EXPECT_TRUE(any[t]) << where << ": tile " << t << " visited for nothing";
   if (full_first < 0) {
     EXPECT_EQ(got.first_full, got.end_full) << where << ": no tile is fully visible";
-    EXPECT_EQ(got.first_full, got.end) << where;
+    EXPECT_EQ(got.first_full, got.first) << where << ": the masked tiles must all lie in [end_full, end)";
     return;
   }
   for (int64_t t = full_first; t <= full_last; ++t) ASSERT_TRUE(all[t]) << where << ": full tiles not contiguous";
@@ -120,6 +120,23 @@ TEST(KernelsMask, KeyBoundAlone) {
   for (const Shape& s : shapes()) check_policy(KeyBound{s.n_kv}, s, "none");
 }
 
+// A loop over the masks whose keys start at key 0 (no window) tests one bound, the one step 10
+// tests: every masked tile at or after end_full. That needs first_full == first == 0, with or
+// without fully visible tiles (kernels/fwd_mma.cu's kFromFirstKey).
+TEST(KernelsMask, MasksFromTheFirstKeyHaveTheirMaskedTilesAtTheEnd) {
+  for (const Shape& s : shapes())
+    for (int64_t offset : {int64_t(0), s.n_kv - s.n_q, int64_t(-40), int64_t(40)})
+      for (int64_t m_start = 0; m_start < s.n_q; m_start += s.block_m) {
+        const std::string where =
+            describe(s, "offset " + std::to_string(offset)) + " m_start " + std::to_string(m_start);
+        for (const TileRange& t : {kv_tiles(KeyBound{s.n_kv}, m_start, s.block_m, s.block_n),
+                                   kv_tiles(both(KeyBound{s.n_kv}, Causal{offset}), m_start, s.block_m, s.block_n)}) {
+          EXPECT_EQ(t.first, 0) << where;
+          EXPECT_EQ(t.first_full, 0) << where;
+        }
+      }
+}
+
 TEST(KernelsMask, CausalBothAlignments) {
   for (const Shape& s : shapes()) {
     check_policy(both(KeyBound{s.n_kv}, Causal{0}), s, "causal top-left");
@@ -156,7 +173,7 @@ TEST(KernelsMask, LessonsCausalRangeIsThePolicys) {
         EXPECT_EQ(t.first, 0) << where;
         // The lesson's first masked tile is where the policy's full tiles end (or its range does).
         const int64_t lesson_first_masked = kv_tile_first_masked(m_start, s.block_m, s.block_n, s.n_kv, true, offset);
-        EXPECT_EQ(t.first_full == t.end_full ? 0 : t.end_full, lesson_first_masked) << where;
+        EXPECT_EQ(t.end_full, lesson_first_masked) << where;
       }
     }
 }
