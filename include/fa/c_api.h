@@ -173,7 +173,10 @@ FA_CAPI_EXPORT int fa_forward(int step, const fa_attention_params* p, void* stre
 
 /// @brief The step `fa_forward(FA_STEP_AUTO, p, ...)` runs on the current GPU: the fastest one that
 /// accepts `p` (validation includes the GPU check). Launches nothing.
+/// @param p the call, as for `fa_forward`
 /// @param[out] step its number (untouched on failure)
+/// @param[out] err message buffer for failures (may be NULL)
+/// @param err_len size of `err` in bytes
 /// @return 0; or FA_ERROR_INVALID / FA_ERROR_UNSUPPORTED with the reason (no step accepts `p`: the
 /// refusal of the most general one, step 00).
 FA_CAPI_EXPORT int fa_choose_step(const fa_attention_params* p, int* step, char* err, size_t err_len);
