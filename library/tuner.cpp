@@ -94,6 +94,7 @@ std::string KernelConfig::name() const {
   std::string s = "BLOCK_M=" + std::to_string(block_m) + " BLOCK_N=" + std::to_string(block_n) +
                   " warps=" + std::to_string(num_warps);
   if (stages > 0) s += " stages=" + std::to_string(stages);
+  if (!variant.empty()) s += " " + variant;
   return s;
 }
 
@@ -133,6 +134,14 @@ const KernelConfig* pick_heuristic(const std::vector<KernelConfig>& configs, con
 
 Tuner::Tuner(int step, std::string build_id, std::vector<KernelConfig> configs)
     : step_(step), build_id_(std::move(build_id)), configs_(std::move(configs)) {
+  // The cache and run_config know a configuration by its name: two with one name would be one.
+  for (size_t i = 0; i < configs_.size() && duplicate_.empty(); ++i)
+    for (size_t j = i + 1; j < configs_.size(); ++j)
+      if (configs_[i].head_dim == configs_[j].head_dim && configs_[i].name() == configs_[j].name()) {
+        duplicate_ = step_label() + " lists two configurations named '" + configs_[i].name() + "' for head dim " +
+                     std::to_string(configs_[i].head_dim) + " (set KernelConfig::variant to tell them apart)";
+        break;
+      }
   TunerList& list = tuner_list();
   std::lock_guard<std::mutex> lock(list.mu);
   list.tuners.push_back(this);
@@ -240,6 +249,7 @@ const KernelConfig* Tuner::choose(const AttentionParams& p, cudaStream_t stream)
 }
 
 Status Tuner::run(const AttentionParams& p, cudaStream_t stream) const {
+  if (!duplicate_.empty()) return Status::Error(duplicate_);
   const KernelConfig* c = choose(p, stream);
   if (!c)
     return Status::Unsupported(step_label() + " has no kernel configuration for head dim " +
@@ -249,6 +259,7 @@ Status Tuner::run(const AttentionParams& p, cudaStream_t stream) const {
 }
 
 Status Tuner::run_config(const AttentionParams& p, const std::string& name, cudaStream_t stream) const {
+  if (!duplicate_.empty()) return Status::Error(duplicate_);
   const KernelConfig* c = find_config(p.head_dim, name);
   if (!c)
     return Status::Unsupported(step_label() + " has no config '" + name + "' for head dim " +

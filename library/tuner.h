@@ -52,8 +52,12 @@ struct KernelConfig {
   int stages = 0;             ///< K/V tiles in flight (0: the step has no pipeline)
   int smem_bytes = 0;         ///< dynamic shared memory per block
   LaunchFn launch = nullptr;  ///< runs this configuration
-  /// "BLOCK_M=64 BLOCK_N=64 warps=4" (plus " stages=S" for a pipelined step): the config's name in
-  /// the cache file, in test output and in `fa2 run`'s output.
+  /// What else tells two compiled configurations apart, when the tiles do not (e.g. where O
+  /// leaves from: "O=smem" or "O=registers"); empty when nothing does. Part of the name.
+  std::string variant;
+  /// "BLOCK_M=64 BLOCK_N=64 warps=4" (plus " stages=S" for a pipelined step, " <variant>" when
+  /// set): the config's name in the cache file, in test output and in `fa2 run`'s output. Two
+  /// configurations of one head dim never share a name (the tuner refuses to run if they do).
   std::string name() const;
 };
 
@@ -133,6 +137,7 @@ class Tuner {
   int step_;
   std::string build_id_;
   std::vector<KernelConfig> configs_;
+  std::string duplicate_;  // "…" when two configs of one head dim share a name: every run refuses
   mutable std::mutex mu_;
   mutable std::unordered_map<std::string, const KernelConfig*> chosen_;  // key → config, this process
 };

@@ -352,7 +352,8 @@ tuner::KernelConfig config() {
           Cfg::NUM_WARPS,
           Cfg::STAGES,
           Cfg::template smem_bytes<HEAD_DIM>(),
-          &launch<HEAD_DIM, Cfg>};
+          &launch<HEAD_DIM, Cfg>,
+          Cfg::O_VIA_SMEM ? "O=smem" : "O=registers"};  // part of the name: the cache tells them apart
 }
 
 // Per head dim in order of preference (the heuristic's tie-break). Four consumers (BLOCK_M = 256)

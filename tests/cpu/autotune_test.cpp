@@ -365,6 +365,9 @@ TEST(Heuristic, NothingWhenNothingFits) {
 TEST(KernelConfig, NameListsTilesWarpsAndStages) {
   EXPECT_EQ(config(128, 128, 64, 2, 0).name(), "BLOCK_M=128 BLOCK_N=64 warps=8 stages=2");
   EXPECT_EQ(config(64, 64, 32, 0, 0).name(), "BLOCK_M=64 BLOCK_N=32 warps=4");  // no pipeline
+  tuner::KernelConfig with_variant = config(128, 128, 128, 3, 0);
+  with_variant.variant = "O=registers";  // step 16's register store beside its tile store
+  EXPECT_EQ(with_variant.name(), "BLOCK_M=128 BLOCK_N=128 warps=8 stages=3 O=registers");
 }
 
 // ---- a tuner with stand-in launchers (no kernel runs) -------------------------------------------
@@ -408,6 +411,27 @@ TEST(Tuner, RegistersUntilDestroyed) {
     EXPECT_TRUE(t.config_names(96).empty());
   }
   EXPECT_EQ(tuner::find_tuner(97), nullptr);
+}
+
+// Two configurations one name cannot tell apart (tiles alike, epilogue not) would share a cache
+// entry and run_config would reach only the first: the tuner refuses to run at all.
+TEST(Tuner, TwoConfigsWithOneNameAreRefused) {
+  std::vector<tuner::KernelConfig> list = stand_in_configs();
+  list.push_back(list[0]);  // the same tiles, another epilogue, no variant to say so
+  {
+    const tuner::Tuner t(97, "some-build", list);
+    const Status st = t.run_config(shape(1, 2, 2, 64, 64, 128), "BLOCK_M=64 BLOCK_N=64 warps=4 stages=2", nullptr);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("two configurations named 'BLOCK_M=128 BLOCK_N=64 warps=8 stages=2'"),
+              std::string::npos)
+        << st.message();
+    EXPECT_FALSE(t.run(shape(1, 2, 2, 64, 64, 128), nullptr).ok());
+  }
+  list.back().variant = "O=smem";
+  const tuner::Tuner t(97, "some-build", list);
+  const int before = g_launches_b;
+  EXPECT_TRUE(t.run_config(shape(1, 2, 2, 64, 64, 128), "BLOCK_M=64 BLOCK_N=64 warps=4 stages=2", nullptr).ok());
+  EXPECT_EQ(g_launches_b, before + 1);
 }
 
 TEST(Tuner, RunConfigRefusesUnknownAndOversizedConfigs) {
