@@ -2,7 +2,8 @@
 # scripts/diff_steps.sh NN     what step NN teaches: its attention.cu against the one of the step it
 #                              grew from (BASE in steps/NN_name/step.cmake). Example: scripts/diff_steps.sh 04
 # scripts/diff_steps.sh A B    step B's attention.cu against step A's, for any two steps.
-# Only the kernels are diffed. The two lessons are different texts, written to be read side by
+# Only the kernels are diffed, followed by the device-layer building blocks (device/) the newer
+# step starts or stops using (scripts/device_symbols.py). The two lessons are different texts, written to be read side by
 # side rather than as a diff, so their paths are printed instead. Whitespace-only changes
 # (re-indentation when a loop is added) are hidden; set DIFF_EXACT=1 to see them too. The last
 # line counts the changed lines.
@@ -41,6 +42,7 @@ color=()
 [ -t 1 ] && color=(--color=always)
 echo "=== attention.cu: $(basename "$a") -> $(basename "$b")"
 git --no-pager diff --no-index "${color[@]}" "${opts[@]}" "$a/attention.cu" "$b/attention.cu" || true
+python3 scripts/device_symbols.py "$a/attention.cu" "$b/attention.cu" || true
 echo "=== the lessons, to read side by side:"
 echo "  $a/README.md"
 echo "  $b/README.md"
