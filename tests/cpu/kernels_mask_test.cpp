@@ -161,6 +161,39 @@ TEST(KernelsMask, SlidingWindowsHaveMaskedTilesAtBothEnds) {
   EXPECT_LT(t.end_full, t.end);
 }
 
+// ---- a worked example: a new mask is one small struct ------------------------------------------
+// Prefix-LM attention: the first `prefix` keys (a prompt) are visible to every row, the rest
+// causally. Row r sees keys [0, max(prefix, r + offset + 1)): an interval from key 0 whose end
+// never moves left, so it is a policy. It gives the four functions and its 32-bit element test;
+// Both<> intersects it with the ragged bound; the tile ranges and the backward's Q ranges follow,
+// and check_policy proves them against its element test on every tile.
+struct PrefixLM {
+  int64_t prefix, offset;
+  FA_HD int64_t lo(int64_t) const { return 0; }
+  FA_HD int64_t hi(int64_t row) const { return max64(prefix, row + offset + 1); }
+  // hi(row) > key: every row when the key is in the prefix, else the causal rows from key − offset.
+  FA_HD int64_t first_row(int64_t key) const { return key < prefix ? -kUnbounded : key - offset; }
+  FA_HD int64_t end_row(int64_t key) const { return key >= 0 ? kUnbounded : -kUnbounded; }
+  FA_HD int64_t key_end() const { return kUnbounded; }
+  struct Element {
+    int prefix, offset;
+    FA_HD bool operator()(int row, int col) const { return (col < prefix) | (col <= row + offset); }
+  };
+  FA_HD Element element() const { return {int(prefix), int(offset)}; }
+};
+
+TEST(KernelsMask, AToyPolicyPrefixLM) {
+  for (const Shape& s : shapes())
+    for (int64_t prefix : {0, 1, 40, 200})
+      check_policy(both(KeyBound{s.n_kv}, PrefixLM{prefix, s.n_kv - s.n_q}), s, "prefix-LM " + std::to_string(prefix));
+  // With a prefix, the first Q tile's range reaches past its diagonal: tiles it would skip causally.
+  const TileRange causal = kv_tiles(both(KeyBound{1024}, Causal{0}), 0, 64, 64);
+  const TileRange prefix_lm = kv_tiles(both(KeyBound{1024}, PrefixLM{300, 0}), 0, 64, 64);
+  EXPECT_EQ(causal.end, 1);
+  EXPECT_EQ(prefix_lm.end, 5);
+  EXPECT_EQ(prefix_lm.end_full, 4);  // keys 0-255 seen by every row; tile 4 (256-319) partly
+}
+
 // The lessons' causal loop bounds (device/tiles.h) are the policy's, on every whole Q tile.
 TEST(KernelsMask, LessonsCausalRangeIsThePolicys) {
   for (const Shape& s : shapes())
