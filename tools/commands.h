@@ -8,6 +8,7 @@ namespace fa::tools {
 
 int cmd_list(const std::vector<std::string>& args);
 int cmd_run(const std::vector<std::string>& args);
+int cmd_configs(const std::vector<std::string>& args);
 int cmd_ladder(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
 

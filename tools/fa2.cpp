@@ -5,6 +5,7 @@
 //   fa2 run --step NN [shape]      one step on one shape; exit 0 when it matches the reference,
 //                                  3 when it does not, 2 on bad input, 77 without a GPU
 //                                  (or on a GPU the step is not built for)
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -17,6 +18,7 @@
 #include "harness/gpu.h"
 #include "harness/timer.h"
 #include "fa/registry.h"
+#include "library/tuner.h"
 #include "tools/commands.h"
 
 namespace fa::tools {
@@ -42,9 +44,31 @@ int cmd_list(const std::vector<std::string>&) {
   return 0;
 }
 
+// `fa2 run --config NAME`: the step runs that one configuration of its tuner, not the tuner's choice
+// (the sanitizer visits every configuration this way: scripts/sanitize_configs.sh). A ForwardFn is
+// a plain function, so the choice travels in these.
+const StepInfo* g_forced_step = nullptr;
+std::string g_forced_config;
+
+Status forced_forward(const AttentionParams& p, cudaStream_t stream) {
+  if (Status st = validate(p, g_forced_step->caps); !st.ok()) return st;
+  return tuner::find_tuner(g_forced_step->number)->run_config(p, g_forced_config, stream);
+}
+
+int cmd_configs(const std::vector<std::string>& args) {
+  CliArgs cli(args, {}, {"step", "d"});
+  if (!cli.has("step")) throw std::invalid_argument("fa2 configs needs --step NN (see fa2 list)");
+  const int number = int(cli.get_int("step", -1));
+  if (!find_step(number)) throw std::invalid_argument(unknown_step_message(number));
+  const tuner::Tuner* t = tuner::find_tuner(number);
+  if (!t) throw std::invalid_argument("step " + std::to_string(number) + " has one configuration and no tuner");
+  for (const std::string& name : t->config_names(int(cli.get_int("d", 64)))) std::printf("%s\n", name.c_str());
+  return 0;
+}
+
 int cmd_run(const std::vector<std::string>& args) {
   CliArgs cli(args, {"causal", "bottom-right", "bnhd", "no-check"},
-              {"step", "b", "h", "hkv", "nq", "nkv", "n", "d", "iters", "warmup", "scale"});
+              {"step", "b", "h", "hkv", "nq", "nkv", "n", "d", "iters", "warmup", "scale", "config"});
   if (!cli.has("step")) throw std::invalid_argument("fa2 run needs --step NN (see fa2 list)");
   const int number = int(cli.get_int("step", -1));
   const StepInfo* step = find_step(number);
@@ -69,6 +93,21 @@ int cmd_run(const std::vector<std::string>& args) {
   // Validate the shape before touching the GPU, with stand-in pointers: bad input is reported
   // the same way with or without a GPU, and nothing is allocated for it.
   if (Status st = validate_input(validation_params(s), step->caps); !st.ok()) throw std::invalid_argument(st.message());
+  StepInfo forced;  // --config: the step with its forward pinned to one configuration
+  if (cli.has("config")) {
+    const tuner::Tuner* t = tuner::find_tuner(step->number);
+    if (!t) throw std::invalid_argument("step " + std::to_string(number) + " has one configuration and no tuner");
+    const std::vector<std::string> names = t->config_names(int(s.head_dim));
+    g_forced_config = cli.get("config", "");
+    if (std::find(names.begin(), names.end(), g_forced_config) == names.end())
+      throw std::invalid_argument("step " + std::to_string(number) + " has no configuration '" + g_forced_config +
+                                  "' at D=" + std::to_string(s.head_dim) + " (fa2 configs --step " +
+                                  std::to_string(number) + " --d " + std::to_string(s.head_dim) + " lists them)");
+    g_forced_step = step;
+    forced = *step;
+    forced.forward = &forced_forward;
+    step = &forced;
+  }
   if (!require_gpu("run")) return kExitNoGpu;
   if (Status st = check_device(step->caps); !st.ok()) {  // a Hopper step on another GPU: skipped
     std::fprintf(stderr, "fa2 run: step %d: %s\n", step->number, st.message().c_str());
@@ -77,7 +116,9 @@ int cmd_run(const std::vector<std::string>& args) {
 
   AttentionProblem prob(s);
   std::printf("step %02d_%s on %s\n", step->number, step->name.c_str(), to_string(s).c_str());
-  if (const std::string c = fa::describe_config(*step, prob.params()); !c.empty())
+  if (g_forced_step)
+    std::printf("config: %s (--config)\n", g_forced_config.c_str());
+  else if (const std::string c = fa::describe_config(*step, prob.params()); !c.empty())
     std::printf("config: %s\n", c.c_str());
   if (!cli.flag("no-check")) {
     ReferenceData ref = compute_reference(prob);
@@ -113,7 +154,8 @@ void usage() {
                "  ladder [bench's options]              the preset B=2 H=16 N=4096 D=64, 10 runs, 1 repeat,\n"
                "                                        nothing skipped: every step side by side\n"
                "  run --step NN [--b --h --hkv --nq --nkv --n --d --causal --bottom-right --bnhd\n"
-               "         --scale S --iters N --no-check]\n";
+               "         --scale S --iters N --no-check --config NAME]   --config: that configuration, untuned\n"
+               "  configs --step NN [--d 64]            the step's configurations at head dim D, one a line\n";
 }
 
 }  // namespace
@@ -128,6 +170,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "list") return fa::tools::cmd_list(args);
     if (cmd == "run") return fa::tools::cmd_run(args);
+    if (cmd == "configs") return fa::tools::cmd_configs(args);
     if (cmd == "ladder") return fa::tools::cmd_ladder(args);
     if (cmd == "bench") return fa::tools::cmd_bench(args);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
