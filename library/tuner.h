@@ -32,6 +32,7 @@
 
 #include <mutex>
 #include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -45,6 +46,19 @@ using LaunchFn = Status (*)(const AttentionParams& params, cudaStream_t stream);
 
 /// One compiled kernel configuration of a tuned step.
 struct KernelConfig {
+  KernelConfig() = default;
+  /// The steps' `config<>()` lists: every field but `variant`, which defaults to none.
+  KernelConfig(int head_dim_, int block_m_, int block_n_, int num_warps_, int stages_, int smem_bytes_,
+               LaunchFn launch_, std::string variant_ = {})
+      : head_dim(head_dim_),
+        block_m(block_m_),
+        block_n(block_n_),
+        num_warps(num_warps_),
+        stages(stages_),
+        smem_bytes(smem_bytes_),
+        launch(launch_),
+        variant(std::move(variant_)) {}
+
   int head_dim = 0;           ///< the head dim it is compiled for
   int block_m = 0;            ///< query rows per block
   int block_n = 0;            ///< keys per K/V tile
