@@ -23,6 +23,7 @@
 #include "device/warp_tile.h"
 #include "fa/registry.h"
 #include "kernels/kernels.h"
+#include "kernels/launch.h"
 #include "kernels/mask.h"
 #include "library/cuda_status.h"
 #include "library/launch_limits.h"
@@ -232,24 +233,17 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
 template <int HEAD_DIM, typename Cfg>
 Status launch(const AttentionParams& p, cudaStream_t stream) {
   constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
-  constexpr float kLog2e = 1.4426950408889634f;
   const auto kernel = attention_kernel<HEAD_DIM, Cfg>;
   if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
   const dim3 grid = GridScheduler::grid(cdiv(p.seqlen_q, Cfg::BLOCK_M), p.batch * p.heads_q);
-  kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, p.effective_scale() * kLog2e, p.causal_offset());
+  kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset());
   FA_LAUNCH_RETURN();
   return Status::Ok();
 }
 
 template <int HEAD_DIM, typename Cfg>
 tuner::KernelConfig config() {
-  return {HEAD_DIM,
-          Cfg::BLOCK_M,
-          Cfg::BLOCK_N,
-          Cfg::NUM_WARPS,
-          Cfg::STAGES,
-          Cfg::template smem_bytes<HEAD_DIM>(),
-          &launch<HEAD_DIM, Cfg>};
+  return kernel_config<HEAD_DIM, Cfg>(&launch<HEAD_DIM, Cfg>);
 }
 
 // Step 10's list: its measured order of preference per head dim.
