@@ -22,9 +22,12 @@
 #include "device/smem_tile.h"
 #include "device/warp_tile.h"
 #include "fa/registry.h"
+#include "kernels/epilogue.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
 #include "kernels/mask.h"
+#include "kernels/scheduler.h"
+#include "kernels/score_mod.h"
 #include "library/cuda_status.h"
 #include "library/launch_limits.h"
 #include "library/tuner.h"
@@ -58,63 +61,6 @@ struct Config {
   }
 };
 
-// ---- policies ----------------------------------------------------------------------------------
-
-/// Mask policies. A policy gives the KV tiles of a Q tile (kernels/mask.h's ranges), the element
-/// test of the masked ones, and whether the Q tiles with the most keys go first. kFromFirstKey: every
-/// row's keys start at key 0 (no window's lower edge), so the range starts at KV tile 0 and no tile
-/// before the full ones is masked; the loop then is step 10's exactly (a tile index from 0, one
-/// bound), which at 255 registers decides between spilling and not.
-///
-/// CausalFlag, the default: the call's causal flag, either alignment, decided at run time in one
-/// kernel as step 10 does; its element test is the lessons' (device/mask.h). A compile-time mask
-/// (a sliding window) is a policy with its own kernel.
-struct CausalFlag {
-  static constexpr bool kFromFirstKey = true;
-  __device__ __forceinline__ static TileRange range(const AttentionParams& p, int64_t offset, int m_start, int rows,
-                                                    int block_n) {
-    const KeyBound bound{p.seqlen_kv};
-    return p.causal ? kv_tiles(both(bound, Causal{offset}), m_start, rows, block_n)
-                    : kv_tiles(bound, m_start, rows, block_n);
-  }
-  __device__ __forceinline__ static fa::CausalMask element(const AttentionParams& p, int64_t offset) {
-    return {int(p.seqlen_kv), p.causal, offset};
-  }
-  __device__ __forceinline__ static bool longest_first(const AttentionParams& p) { return p.causal; }
-};
-
-/// ScoreMod: applied to each (16, BLOCK_N) score tile before the mask and the row max.
-struct Identity {
-  template <int N>
-  __device__ __forceinline__ void operator()(Acc<N>&, int /*row0*/, int /*col0*/) const {}
-};
-
-/// Scheduler: one block per (Q tile, batch·head); B·H_q continues along z past gridDim.y's 65535.
-struct GridScheduler {
-  struct Work {
-    int m_block;
-    int64_t bh;
-  };
-  static dim3 grid(int64_t m_tiles, int64_t batch_heads) {
-    return dim3(unsigned(m_tiles), unsigned(std::min<int64_t>(batch_heads, kMaxGridYZ)),
-                unsigned(cdiv(batch_heads, kMaxGridYZ)));
-  }
-  __device__ __forceinline__ static Work work(bool longest_first) {
-    const int m_block = longest_first ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
-    return {m_block, blockIdx.y + int64_t(blockIdx.z) * gridDim.y};
-  }
-};
-
-/// Epilogue: O (normalised, bf16) and LSE straight from the registers; rows past N_q not written.
-struct RegisterStore {
-  template <int D>
-  __device__ __forceinline__ static void store(bf16* o_ptr, int64_t o_row_stride, float* lse_ptr, const Acc<D>& o_i,
-                                               Rows m_i, Rows l, float scale_log2, int tile_row0, int valid_rows) {
-    store_rows(o_ptr, o_row_stride, o_i, safe_inverse(l), tile_row0, valid_rows);
-    if (lse_ptr != nullptr) store_row_values(lse_ptr, log_sum_exp(m_i, l, scale_log2), tile_row0, valid_rows);
-  }
-};
-
 // ---- the kernel --------------------------------------------------------------------------------
 
 template <int HEAD_DIM, typename Cfg, typename MaskT = CausalFlag, typename ScoreMod = Identity,
@@ -132,7 +78,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const int n_q = int(params.seqlen_q), n_kv = int(params.seqlen_kv);
 
   // ---- pointers: 64-bit offsets, every tensor through its own strides.
-  const typename Scheduler::Work work = Scheduler::work(MaskT::longest_first(params));
+  const Tiles tiles{int(cdiv(n_q, BLOCK_M)), params.batch * params.heads_q, MaskT::longest_first(params)};
+  const typename Scheduler::Work work = Scheduler::work(tiles, 0);
   if (work.bh >= params.batch * params.heads_q) return;  // the few spare blocks of the last z slice
   const int64_t b = work.bh / params.heads_q, h = work.bh % params.heads_q;
   const int64_t h_kv = kv_head_of(h, params.heads_q, params.heads_kv);
@@ -225,8 +172,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
 #pragma unroll
   for (int t = 0; t < M_TILES; ++t) {
     const int tile_row0 = warp * ROWS_PER_WARP + kMmaRows * t;
-    Epilogue::store(o_ptr, params.o_stride.seq, lse_ptr, o_i[t], m_i[t], quad_sum(l_i[t]), scale_log2, tile_row0,
-                    n_q - m_start);
+    Epilogue::store(Out<>{o_ptr, params.o_stride.seq, lse_ptr, tile_row0, n_q - m_start}, o_i[t], m_i[t],
+                    quad_sum(l_i[t]), scale_log2);
   }
 }
 
@@ -235,20 +182,27 @@ Status launch(const AttentionParams& p, cudaStream_t stream) {
   constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
   const auto kernel = attention_kernel<HEAD_DIM, Cfg>;
   if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
-  const dim3 grid = GridScheduler::grid(cdiv(p.seqlen_q, Cfg::BLOCK_M), p.batch * p.heads_q);
+  dim3 grid;
+  if (Status st = GridScheduler::grid({int(cdiv(p.seqlen_q, Cfg::BLOCK_M)), p.batch * p.heads_q, p.causal}, 0, &grid);
+      !st.ok())
+    return st;
   kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset());
   FA_LAUNCH_RETURN();
   return Status::Ok();
 }
 
+// Configuration Cfg at HEAD_DIM: one entry, or none (not compiled) when the build leaves HEAD_DIM out.
 template <int HEAD_DIM, typename Cfg>
-tuner::KernelConfig config() {
-  return kernel_config<HEAD_DIM, Cfg>(&launch<HEAD_DIM, Cfg>);
+std::vector<tuner::KernelConfig> config() {
+  if constexpr (head_dim_built(HEAD_DIM))
+    return {kernel_config<HEAD_DIM, Cfg>(&launch<HEAD_DIM, Cfg>)};
+  else
+    return {};
 }
 
 // Step 10's list: its measured order of preference per head dim.
 const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
-                          {
+                          join({
                               config<64, Config<128, 128, 2>>(),
                               config<64, Config<128, 64, 3>>(),
                               config<64, Config<128, 64, 2>>(),
@@ -257,11 +211,11 @@ const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
                               config<128, Config<128, 64, 3>>(),
                               config<128, Config<128, 32, 3>>(),
                               config<128, Config<128, 32, 2>>(),
-                          });
+                          }));
 
 const Capabilities kCaps = [] {
   Capabilities c;
-  c.head_dims = {64, 128};
+  c.head_dims = built_head_dims({64, 128});
   c.causal = true;
   c.lse = true;
   c.gqa = true;

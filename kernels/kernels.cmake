@@ -1,34 +1,73 @@
 # The production kernels (kernels/): each an object library like a step's, with its build id for
-# the tuner's cache, its test program (the shared GPU suite plus tests/kernels/) and its static
-# check. Not yet in libfa2_capi: the library's choice (FA_STEP_AUTO) takes them once their speed
-# against their steps is measured.
+# the tuner's cache, its test program (the shared GPU suite, the tuner's tests and tests/kernels/)
+# and its static checks. Linked into libfa2_capi and fa2: the library's choice (FA_STEP_AUTO, the
+# package's default) runs them.
+#
+# FA_HEAD_DIMS chooses the head dims the production kernels are instantiated for (each head dim is
+# a set of kernels to compile: a quick build takes one). FA_DTYPES the element types: bf16 for now.
+set(FA_HEAD_DIMS "64;128" CACHE STRING "head dims the production kernels are built for (some of: 64 128)")
+set(FA_DTYPES "bf16" CACHE STRING "element types the production kernels are built for (bf16)")
+set(fa_kernel_head_dims 64 128)
+if(NOT FA_HEAD_DIMS)
+  message(FATAL_ERROR "FA_HEAD_DIMS is empty: name at least one of ${fa_kernel_head_dims}")
+endif()
+foreach(d IN LISTS FA_HEAD_DIMS)
+  if(NOT d IN_LIST fa_kernel_head_dims)
+    string(REPLACE ";" " " supported "${fa_kernel_head_dims}")
+    message(FATAL_ERROR "FA_HEAD_DIMS: head dim ${d} has no production kernel yet (supported: ${supported})")
+  endif()
+endforeach()
+foreach(t IN LISTS FA_DTYPES)
+  if(NOT t STREQUAL "bf16")
+    message(FATAL_ERROR "FA_DTYPES: element type ${t} has no production kernel yet (supported: bf16)")
+  endif()
+endforeach()
+set(fa_head_dim_mask 0)  # bit d/8 for head dim d (kernels/launch.h)
+foreach(d IN LISTS FA_HEAD_DIMS)
+  math(EXPR fa_head_dim_mask "${fa_head_dim_mask} | (1 << (${d} / 8))" OUTPUT_FORMAT HEXADECIMAL)
+endforeach()
+
+# fa_production_kernel(<name> <source> [ARCH <architectures>] [SAME_AS_STEP <NN>] [INS <instruction>...]
+#                      [STATIC <sass_check rules>...] [TESTS <sources>...])
+# ARCH as in fa_step. SAME_AS_STEP: the static check that every configuration both compile has the
+# step's count of each instruction in INS (default: tensor-core, ldmatrix, cp.async, exp2).
 function(fa_production_kernel name source)
-  cmake_parse_arguments(A "" "SAME_AS_STEP" "STATIC;TESTS" ${ARGN})
+  cmake_parse_arguments(A "" "SAME_AS_STEP;ARCH" "STATIC;TESTS;INS" ${ARGN})
   file(GLOB_RECURSE device_files CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/device/* ${CMAKE_SOURCE_DIR}/kernels/*.h)
   list(SORT device_files)
   set(inputs ${CMAKE_SOURCE_DIR}/${source} ${device_files} ${CMAKE_SOURCE_DIR}/library/tuner.h)
   set_property(DIRECTORY ${CMAKE_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${inputs})
   fa_build_id(build_id ${inputs})
+  string(SHA256 build_id "${build_id}\narch=${A_ARCH}\nhead_dims=${FA_HEAD_DIMS}\n")
+  string(SUBSTRING ${build_id} 0 16 build_id)
   add_library(fa_kernel_${name} OBJECT ${CMAKE_SOURCE_DIR}/${source})
+  if(A_ARCH)
+    set_target_properties(fa_kernel_${name} PROPERTIES CUDA_ARCHITECTURES "${A_ARCH}")
+  endif()
   target_link_libraries(fa_kernel_${name} PUBLIC fa_library)
-  target_compile_definitions(fa_kernel_${name} PRIVATE FA_BUILD_ID="${build_id}")
+  target_compile_definitions(fa_kernel_${name} PRIVATE FA_BUILD_ID="${build_id}" FA_KERNEL_HEAD_DIM_MASK=${fa_head_dim_mask}ull)
+  set_property(GLOBAL APPEND PROPERTY FA_KERNEL_TARGETS fa_kernel_${name})
   if(NOT FA_BUILD_TESTS)
     return()
   endif()
-  add_executable(fa_test_kernel_${name} ${A_TESTS})
+  add_executable(fa_test_kernel_${name} ${A_TESTS} ${CMAKE_SOURCE_DIR}/steps/06_autotune/tests/autotune_test.cpp)
   target_link_libraries(fa_test_kernel_${name} PRIVATE fa_gpu_suite fa_kernel_${name} fa_harness GTest::gtest)
   gtest_discover_tests(fa_test_kernel_${name} TEST_PREFIX "kernels.${name}." DISCOVERY_TIMEOUT 60
                        DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "gpu")
   fa_sass_check_command(cmd fa_kernel_${name} ${A_STATIC})
   add_test(NAME static.kernels.${name} COMMAND ${cmd})
   set_tests_properties(static.kernels.${name} PROPERTIES LABELS "static;kernels")
-  # Free abstraction: per configuration, the step's count of each tensor-core, ldmatrix, cp.async
-  # and exp2 instruction.
+  # Free abstraction: per configuration, the step's count of each named instruction.
   find_package(Python3 COMPONENTS Interpreter QUIET)
   if(A_SAME_AS_STEP AND Python3_Interpreter_FOUND)
+    set(ins)
+    if(A_INS)
+      set(ins --ins ${A_INS})
+    endif()
     add_test(NAME static.kernels.${name}.same_as_step${A_SAME_AS_STEP}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
-                     --kernel $<TARGET_OBJECTS:fa_kernel_${name}> --step $<TARGET_OBJECTS:fa_step${A_SAME_AS_STEP}>)
+                     --kernel $<TARGET_OBJECTS:fa_kernel_${name}> --step $<TARGET_OBJECTS:fa_step${A_SAME_AS_STEP}> ${ins}
+                     --head-dims ${FA_HEAD_DIMS})
     set_tests_properties(static.kernels.${name}.same_as_step${A_SAME_AS_STEP} PROPERTIES LABELS "static;kernels")
   endif()
 endfunction()
@@ -38,3 +77,11 @@ endfunction()
 fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10
   STATIC REQUIRE HMMA LDSM LDGSTS HMMA_PER_KV_TILE 64:2 KERNEL attention_kernel
   TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_mma_test.cpp)
+
+# Step 16's rules (sm_90a alone): wgmma, TMA loads and stores, mbarriers, setmaxnreg, no mma.sync
+# or cp.async, and step 16's instruction counts per configuration, UTMASTG included.
+fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16
+  INS HGMMA UTMALDG UTMASTG MUFU.EX2 SYNCS.ARRIVE.TRANS64.RED.A1T0 BAR.SYNC
+  STATIC REQUIRE HGMMA UTMALDG UTMASTG SYNCS USETMAXREG FORBID HMMA LDSM LDGSTS MAX_COUNT WARPGROUP.ARRIVE:4
+         KERNEL attention_kernel
+  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_hopper_test.cpp)

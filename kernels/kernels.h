@@ -7,5 +7,7 @@ namespace fa::kernels {
 
 /// The forward on mma.sync (kernels/fwd_mma.cu), generalised from step 10.
 constexpr int kProductionMma = 100;
+/// The forward on Hopper (kernels/fwd_hopper.cu, sm_90a), generalised from step 16.
+constexpr int kProductionHopper = 101;
 
 }  // namespace fa::kernels

@@ -3,12 +3,42 @@
 // production kernels take them from here.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "fa/params.h"
 #include "library/tuner.h"
 
+// The head dims this build instantiates the production kernels for: CMake's FA_HEAD_DIMS, passed
+// as FA_KERNEL_HEAD_DIM_MASK, bit d/8 set for head dim d (a list would not survive nvcc, which
+// splits -D values at commas). A configuration at any other head dim is not compiled.
+#ifndef FA_KERNEL_HEAD_DIM_MASK
+#define FA_KERNEL_HEAD_DIM_MASK ((1ull << (64 / 8)) | (1ull << (128 / 8)))
+#endif
+
 namespace fa::kernels {
+
+/// Whether this build compiles the production kernels at head dim `d`.
+constexpr bool head_dim_built(int d) {
+  return d > 0 && d % 8 == 0 && d / 8 < 64 && ((uint64_t(FA_KERNEL_HEAD_DIM_MASK) >> (d / 8)) & 1) != 0;
+}
+
+/// Of the head dims a kernel implements, those this build compiles (its Capabilities::head_dims).
+inline std::vector<int> built_head_dims(std::initializer_list<int> implemented) {
+  std::vector<int> out;
+  for (int d : implemented)
+    if (head_dim_built(d)) out.push_back(d);
+  return out;
+}
+
+/// One configuration list from per-configuration lists (each empty when its head dim is not built).
+inline std::vector<tuner::KernelConfig> join(std::initializer_list<std::vector<tuner::KernelConfig>> lists) {
+  std::vector<tuner::KernelConfig> out;
+  for (const auto& list : lists) out.insert(out.end(), list.begin(), list.end());
+  return out;
+}
 
 /// P = 2^(scale_log2 · (s − m)): the call's softmax scale times log2(e).
 inline float scale_log2(const AttentionParams& p) {

@@ -28,7 +28,8 @@
 
 #include <cstdint>
 
-#include "device/mask.h"  // FA_HD
+#include "device/mask.h"  // FA_HD, CausalMask
+#include "fa/params.h"
 
 namespace fa::kernels {
 
@@ -180,5 +181,29 @@ FA_HD TileRange q_tiles(const Mask& m, int64_t n_start, int block_n, int block_m
   const int64_t full0 = max64(m.first_row(k_last), 0), full1 = min64(m.end_row(k0), n_q);
   return make_range(floor_div(r0, block_m), ceil_div(full0, block_m), floor_div(full1, block_m), ceil_div(r1, block_m));
 }
+
+// ---- the kernels' mask policies ----------------------------------------------------------------
+// What a kernel asks of its Mask policy: range() (the KV tiles of a Q tile, from the policies
+// above), element() (the 32-bit element test of the masked tiles), longest_first() (whether the
+// scheduler should hand out the Q tiles with the most KV tiles first) and kFromFirstKey: every
+// row's keys start at key 0 (no window's lower edge), so the range starts at KV tile 0 and no tile
+// before the full ones is masked; the kernels' loops are then the steps' exactly (a tile index from
+// 0, one bound), which at the register cap decides between spilling and not.
+
+/// The default: the call's causal flag, either alignment, decided at run time in one kernel as the
+/// steps do; its element test is the lessons' (device/mask.h). A compile-time mask (a sliding
+/// window) is a policy with its own kernels.
+struct CausalFlag {
+  static constexpr bool kFromFirstKey = true;
+  FA_HD static TileRange range(const AttentionParams& p, int64_t offset, int64_t m_start, int64_t rows, int block_n) {
+    const KeyBound bound{p.seqlen_kv};
+    return p.causal ? kv_tiles(both(bound, Causal{offset}), m_start, rows, block_n)
+                    : kv_tiles(bound, m_start, rows, block_n);
+  }
+  FA_HD static fa::CausalMask element(const AttentionParams& p, int64_t offset) {
+    return {int(p.seqlen_kv), p.causal, offset};
+  }
+  FA_HD static bool longest_first(const AttentionParams& p) { return p.causal; }
+};
 
 }  // namespace fa::kernels

@@ -49,8 +49,10 @@ std::string describe_config(const StepInfo& info, const AttentionParams& params)
 
 namespace {
 
-// The candidates of the library's choice, fastest first: the course's later steps are its faster
-// ones. The production kernels will head this list.
+// The candidates of the library's choice, fastest first: the production kernels (numbered above
+// every step: 101 Hopper, 100 mma.sync), then the steps, later ones first (they are faster). A
+// kernel that refuses the input (101 on a GPU that is not sm_90, or strides TMA cannot express)
+// passes it to the next.
 std::vector<const StepInfo*> candidates() {
   std::vector<const StepInfo*> out;
   for (const StepInfo& s : steps()) out.push_back(&s);

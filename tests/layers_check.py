@@ -58,6 +58,7 @@ TARGET_LAYERS = [
     (re.compile(r"^fa_kernel_(\w+|\$\{name\})$"), "kernels"),
 ]
 LIBRARY_LAYERS = {"fa_device": "device", "fa_library": "library", "fa_reference": "reference", "fa_kernel_mma": "kernels",
+                  "fa_kernel_hopper": "kernels",
                   "fa_harness": "harness", "fa_gpu_suite": "tests"}
 
 

@@ -41,8 +41,8 @@ extern "C" {
 #define FA_C_API_VERSION 3
 
 /// @brief The step argument that asks the library to choose: the fastest kernel this GPU runs that
-/// accepts the call (today the highest-numbered step that validates; the production kernels when
-/// they exist). -1 rather than 0, which is step 00's number.
+/// accepts the call: the production kernels first (101 on Hopper, 100 on mma.sync), then the steps,
+/// the highest-numbered that validates first. -1 rather than 0, which is step 00's number.
 #define FA_STEP_AUTO (-1)
 
 /// @brief Return codes of the functions that can fail.

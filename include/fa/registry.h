@@ -68,8 +68,9 @@ const StepInfo* find_step(int number);
 /// a step number that is not registered.
 std::string unknown_step_message(int number);
 
-/// @brief The library's choice for `params` on the current GPU: the fastest step that accepts it
-/// (the highest-numbered one that validates; GPU check included). The one dispatcher behind
+/// @brief The library's choice for `params` on the current GPU: the fastest kernel that accepts it
+/// (the highest-numbered one that validates, GPU check included: the production kernels, numbered
+/// 100 on, before the steps). The one dispatcher behind
 /// FA_STEP_AUTO in the C interface and `step=None` in the package.
 /// @return Ok and `*number`; or, when no step accepts `params`, the most general step's refusal.
 Status choose_step(const AttentionParams& params, int* number);

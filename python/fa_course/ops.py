@@ -71,7 +71,7 @@ def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
 
 
 def _forward(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
-    """One attention forward; step < 0: the fastest step that accepts the call on this GPU."""
+    """One attention forward; step < 0: the fastest kernel that accepts the call on this GPU (a production kernel)."""
     _check(q, k, v)
     if q.device.index == torch.cuda.current_device():  # the common case skips the device guard's cost
         return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step)

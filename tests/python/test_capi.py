@@ -69,7 +69,9 @@ def test_steps_are_the_step_folders_in_order_with_lessons():
     folders = sorted(d for d in os.listdir(os.path.join(ROOT, "steps"))
                      if re.fullmatch(r"\d\d_\w+", d) and os.path.exists(os.path.join(ROOT, "steps", d, "step.cmake")))
     listed = _capi.steps()
-    assert [s.folder for s in listed] == folders
+    assert [s.folder for s in listed if s.number < 100] == folders
+    # The production kernels follow, numbered above every step.
+    assert [s.folder for s in listed if s.number >= 100] == ["100_kernel_mma", "101_kernel_hopper"]
     for s in listed:
         assert s.lesson.strip(), s
     by_number = {s.number: s for s in listed}
@@ -149,7 +151,7 @@ def test_tma_steps_refuse_a_broadcast_input_other_steps_take_it():
 
     for s in _capi.steps():
         err = _capi.validate(s.number, broadcast_k())
-        if s.number >= 12:  # Q, K and V through TMA tensor maps
+        if s.number >= 12 and s.number != 100:  # Q, K and V through TMA tensor maps (kernel 100 is step 10's)
             assert isinstance(err, _capi.UnsupportedInputError), (s.folder, err)
             assert "zero batch stride" in str(err), (s.folder, err)
         elif s.number >= 4:

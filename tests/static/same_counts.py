@@ -3,10 +3,11 @@
 count of each named instruction (tensor-core, ldmatrix, cp.async, exp2) in the SASS of every
 (architecture, head dim, Config) both objects compile. The policies are free only if this holds.
 
-  same_counts.py --cuobjdump PATH --kernel OBJ --step OBJ [--ins HMMA LDSM LDGSTS MUFU.EX2]
+  same_counts.py --cuobjdump PATH --kernel OBJ --step OBJ [--ins HMMA LDSM LDGSTS MUFU.EX2] [--head-dims 64 128]
 
 Kernels are matched by their template arguments `attention_kernel<HEAD_DIM, Config<...>, ...>`;
-a configuration one object has and the other lacks is a failure too. Exit 1 with a table of every
+a configuration one object has and the other lacks is a failure too. --head-dims: compare only those (the
+head dims the build compiles the production kernels for, FA_HEAD_DIMS). Exit 1 with a table of every
 difference."""
 import argparse
 import collections
@@ -40,8 +41,11 @@ def main():
     ap.add_argument("--kernel", required=True)
     ap.add_argument("--step", required=True)
     ap.add_argument("--ins", nargs="+", default=["HMMA", "LDSM", "LDGSTS", "MUFU.EX2"])
+    ap.add_argument("--head-dims", nargs="+", type=int)
     a = ap.parse_args()
     k, s = counts(a.cuobjdump, a.kernel, a.ins), counts(a.cuobjdump, a.step, a.ins)
+    if a.head_dims:
+        s = {key: v for key, v in s.items() if key[1] in a.head_dims}
     if not k or not s:
         print(f"no attention_kernel<HEAD_DIM, Config<...>> found ({len(k)} in the kernel, {len(s)} in the step)")
         return 1

@@ -1,0 +1,97 @@
+// The production kernels' Epilogue policies: how a warp's 16 finished rows of O (normalised, bf16)
+// and their LSE leave the kernel.
+//
+//   RegisterStore  bf16 pairs straight from the accumulators to global memory (steps 10 and 15);
+//                  rows past N_q are not written.
+//   TmaStore       through the consumer warpgroup's swizzled tile in shared memory and one TMA
+//                  store per 64-column panel (step 16); rows past N_q are clipped by O's tensor
+//                  map. Hopper only; finish() waits for the last store before the block exits.
+//
+// Both write LSE = scale·m + ln(l) (−inf for a row that saw no key) from the registers. An
+// epilogue reads the fields of `Out` it needs; the kernel fills them where step 16 computed them
+// (an unused field costs nothing: it is never materialised). Later: a split-KV partial store
+// (fp32 O and LSE per split).
+#pragma once
+
+#include <cstdint>
+
+#include "device/ptx/sm90.h"
+#include "device/ptx/tma.h"
+#include "device/smem_tile.h"
+#include "device/warp_tile.h"
+
+namespace fa::kernels {
+
+/// No shared-memory tile: the register epilogue's Out.
+struct NoTile {};
+
+/// Where a warp's rows go. `OTile`: the SmemTile type of a consumer's O tile (TmaStore), or NoTile.
+template <class OTile = NoTile>
+struct Out {
+  tile::bf16* o = nullptr;   // O's row for the Q tile's first row (RegisterStore)
+  int64_t o_row_stride = 0;  // elements from one row of O to the next
+  float* lse = nullptr;      // LSE's entry for the Q tile's first row; nullptr: no LSE
+  int row0 = 0;              // the warp's first row in the Q tile
+  int valid_rows = 0;        // rows of the Q tile that exist: N_q − m_start
+  // TmaStore only: the warpgroup's tile, the warp's first row in it, the warpgroup's named
+  // barrier, O's tensor map and the tile's box (row, head, batch).
+  OTile tile{};
+  int tile_row0 = 0;
+  int barrier = 0;
+  const void* map = nullptr;
+  int map_row = 0, head = 0, batch = 0;
+};
+
+#if defined(__CUDACC__)
+
+/// LSE from the registers, one lane per row: the part every epilogue shares.
+template <class OTile>
+__device__ __forceinline__ void store_lse(const Out<OTile>& out, tile::Rows m_i, tile::Rows l, float scale_log2) {
+  if (out.lse != nullptr)
+    tile::store_row_values(out.lse, tile::log_sum_exp(m_i, l, scale_log2), out.row0, out.valid_rows);
+}
+
+struct RegisterStore {
+  static constexpr bool kSmemTile = false;  // needs no O tile in shared memory
+  static constexpr const char* kName = "O=registers";
+  template <int D, class OTile>
+  __device__ __forceinline__ static void store(const Out<OTile>& out, const tile::Acc<D>& o_i, tile::Rows m_i,
+                                               tile::Rows l, float scale_log2) {
+    tile::store_rows(out.o, out.o_row_stride, o_i, tile::safe_inverse(l), out.row0, out.valid_rows);
+    store_lse(out, m_i, l, scale_log2);
+  }
+  __device__ __forceinline__ static void finish() {}
+};
+
+struct TmaStore {
+  static constexpr bool kSmemTile = true;  // one (64, D) tile per consumer warpgroup
+  static constexpr const char* kName = "O=smem";
+  /// Called by all 128 threads of a consumer warpgroup. Its first thread waits until its previous
+  /// store has read the tile (only the issuing thread can ask; the named barrier tells the other
+  /// 127); the warpgroup writes, fences the writes for the copy engine, meets again, and the first
+  /// thread issues the store.
+  template <int D, class OTile>
+  __device__ __forceinline__ static void store(const Out<OTile>& out, const tile::Acc<D>& o_i, tile::Rows m_i,
+                                               tile::Rows l, float scale_log2) {
+    const bool leader = threadIdx.x % 128 == 0;  // the consumer's thread that issues its O stores
+    if (leader) ptx::bulk_wait_group_read<0>();
+    ptx::named_barrier_sync(out.barrier, 128);
+    tile::store_rows_to_tile(out.tile, o_i, tile::safe_inverse(l), out.tile_row0);
+    ptx::fence_proxy_async_shared();  // the writes above, before the copy engine's reads
+    ptx::named_barrier_sync(out.barrier, 128);
+    if (leader) {
+      tile::store_tile_tma(out.tile, out.map, out.map_row, out.head, out.batch);
+      ptx::bulk_commit_group();
+    }
+    store_lse(out, m_i, l, scale_log2);
+  }
+  /// The block's shared memory must outlive the copy engine's last read of it, and O's writes
+  /// must be done before the kernel is.
+  __device__ __forceinline__ static void finish() {
+    if (threadIdx.x % 128 == 0) ptx::bulk_wait_group<0>();
+  }
+};
+
+#endif  // __CUDACC__
+
+}  // namespace fa::kernels

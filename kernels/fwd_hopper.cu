@@ -1,0 +1,358 @@
+// The production forward on Hopper (sm_90a), generalised from step 16: a producer warpgroup that
+// loads Q and a ring of K/V tiles with the copy engine (TMA), consumer warpgroups of 64 rows each
+// on wgmma, the next S = Q·Kᵀ overlapped with the last P·V, lazy rescaling, a persistent grid. Not
+// a lesson: the steps never include it. What step 16 hard-wired is a policy here:
+//
+//   Mask      which KV tiles a Q tile visits and which need the element test (kernels/mask.h);
+//             CausalFlag by default: the call's causal flag, either alignment, at run time.
+//   ScoreMod  a hook on each score tile before the mask and the row max (kernels/score_mod.h).
+//   Scheduler which work tiles a block takes, turn by turn (kernels/scheduler.h): persistent.
+//   Epilogue  how O and LSE leave (kernels/epilogue.h): TmaStore (through shared memory and the
+//             copy engine) or RegisterStore; part of the configuration, and of its tuner name.
+//
+// With the default policies it compiles, configuration by configuration, to step 16's count of
+// HGMMA, UTMALDG, UTMASTG and MUFU.EX2 (static.kernels.hopper.same_as_step16).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "device/ptx/mbarrier.h"
+#include "device/smem_tile.h"
+#include "device/warp_tile.h"
+#include "device/warpgroup_tile.h"
+#include "fa/registry.h"
+#include "kernels/epilogue.h"
+#include "kernels/kernels.h"
+#include "kernels/launch.h"
+#include "kernels/mask.h"
+#include "kernels/scheduler.h"
+#include "kernels/score_mod.h"
+#include "library/cuda_status.h"
+#include "library/launch_limits.h"
+#include "library/tma.h"
+#include "library/tuner.h"
+
+namespace fa::kernels::hopper {
+namespace {
+
+using namespace fa::tile;
+using fa::ptx::mbarrier_wait;
+
+constexpr int kWarpgroupThreads = 128;  // four warps issue one wgmma together
+constexpr int kWarpgroupRows = 64;      // the rows one wgmma computes: 16 per warp
+constexpr int kProducerRegs = 24;       // what the producer keeps after setmaxnreg
+constexpr int kMaxConsumerRegs = 240;   // the most setmaxnreg gives a thread (below the 255 cap)
+
+// Named barriers: 0 is __syncthreads(); consumer warpgroup c (1, 2, ...) meets its own four warps
+// on barrier c.
+__device__ __forceinline__ int consumer_barrier(int warpgroup) {
+  return warpgroup;
+}
+
+// One kernel configuration: query rows per block, keys per K/V tile, K/V tiles in flight, and the
+// epilogue (whether O leaves through shared memory and the copy engine).
+template <int BLOCK_M_, int BLOCK_N_, int STAGES_, class Epilogue_ = TmaStore>
+struct Config {
+  static constexpr int BLOCK_M = BLOCK_M_;
+  static constexpr int BLOCK_N = BLOCK_N_;
+  static constexpr int STAGES = STAGES_;
+  using Epilogue = Epilogue_;
+  static constexpr int ROWS_PER_WARP = 16;
+  static constexpr int CONSUMERS = BLOCK_M / kWarpgroupRows;  // consumer warpgroups
+  static constexpr int NUM_WARPS = 4 * (1 + CONSUMERS);       // the producer warpgroup first
+  static constexpr int NUM_THREADS = NUM_WARPS * 32;
+  static_assert(BLOCK_M % kWarpgroupRows == 0, "whole warpgroups");
+  // Registers per thread after setmaxnreg (step 13's arithmetic): the block's pool is its entry
+  // cap times its threads; the producer gives most of its share back, the consumers share the rest.
+  static constexpr int ENTRY_REGS = 65536 / NUM_THREADS / 8 * 8;
+  static constexpr int PRODUCER_REGS = kProducerRegs;
+  static constexpr int CONSUMER_REGS_FIT =
+      (NUM_THREADS * ENTRY_REGS - kWarpgroupThreads * PRODUCER_REGS) / (kWarpgroupThreads * CONSUMERS) / 8 * 8;
+  static constexpr int CONSUMER_REGS = CONSUMER_REGS_FIT < kMaxConsumerRegs ? CONSUMER_REGS_FIT : kMaxConsumerRegs;
+  static_assert(kWarpgroupThreads * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= NUM_THREADS * ENTRY_REGS,
+                "the consumers would ask setmaxnreg for more registers than the block holds");
+  static_assert(BLOCK_N == 64 || BLOCK_N == 128, "the wgmma shapes wrapped: N = 64, 128");
+  static constexpr float RESCALE_THRESHOLD = 8.0f;  // P <= 2^8 until a row's max moves by more
+  // Shared memory: Q, STAGES × (K, V), then (TmaStore) the consumers' O tiles, all in wgmma's
+  // swizzle, plus 1 KiB to move the start up to a 1024-byte boundary.
+  template <int HEAD_DIM>
+  static constexpr int smem_bytes() {
+    return kWgmmaAlignment +
+           WgmmaLayout<BLOCK_M, HEAD_DIM>::bytes((Epilogue::kSmemTile ? 2 : 1) * BLOCK_M + STAGES * 2 * BLOCK_N);
+  }
+};
+
+// ---- the kernel --------------------------------------------------------------------------------
+
+template <int HEAD_DIM, typename Cfg, typename MaskT = CausalFlag, typename ScoreMod = Identity,
+          typename Scheduler = PersistentScheduler>
+__global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
+    attention_kernel(const AttentionParams params, const float scale_log2, const int64_t offset,
+                     const __grid_constant__ QkvTileMaps maps, const __grid_constant__ CUtensorMap o_map) {
+  constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N;
+  constexpr int STAGES = Cfg::STAGES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
+  using Epilogue = typename Cfg::Epilogue;
+  using QLayout = WgmmaLayout<BLOCK_M, HEAD_DIM>;
+  using KVLayout = WgmmaLayout<BLOCK_N, HEAD_DIM>;
+  using OLayout = WgmmaLayout<kWarpgroupRows, HEAD_DIM>;  // one consumer's rows of O
+  extern __shared__ uint4 smem[];                         // 16-byte aligned; wgmma's swizzle atoms need 1024
+  const SmemTile<BLOCK_M, QLayout> q_tile{aligned_for_wgmma(smem)};
+  const SmemTile<BLOCK_N, KVLayout> kv_tiles{q_tile.ptr + BLOCK_M * QLayout::kRowElems};  // STAGES × [K, then V]
+  [[maybe_unused]] bf16* const o_tiles = next_tile(kv_tiles, 2 * STAGES).ptr;             // TmaStore: after the ring
+  // Per ring slot "full" (K and V landed) and "empty" (every consumer warp is done with it); the
+  // same pair for Q, whose "empty" every consumer thread arrives at.
+  __shared__ uint64_t q_full, q_empty, kv_full[STAGES], kv_empty[STAGES];
+  auto bar = [](uint64_t& b) { return uint32_t(__cvta_generic_to_shared(&b)); };
+
+  const int warp = int(threadIdx.x) / 32;
+  const int warpgroup = warp / 4;                        // 0: the producer; 1 .. CONSUMERS: the consumers
+  const int wg_row0 = kWarpgroupRows * (warpgroup - 1);  // a consumer's first row in the block
+  const int n_q = int(params.seqlen_q);
+
+  // ---- work tiles: the Scheduler's, decoded by the producer alone into the KV tiles to visit and
+  // handed to the consumers in `scheduled`.
+  const Tiles tiles{(n_q + BLOCK_M - 1) / BLOCK_M, params.batch * params.heads_q, MaskT::longest_first(params)};
+  struct Work {
+    int bh;  // batch · H_q + query head; -1: no more tiles
+    int m_start, n_blocks, first_masked;
+  };
+  auto work = [&](int turn) {
+    Work w{-1, 0, 0, 0};
+    const typename Scheduler::Work t = Scheduler::work(tiles, turn);
+    if (t.bh < 0) return w;
+    w.bh = int(t.bh);
+    w.m_start = t.m_block * BLOCK_M;
+    // The KV tiles [0, end) of all BLOCK_M rows (as step 16 counts them); from the first with a
+    // masked element on, the element test.
+    static_assert(MaskT::kFromFirstKey, "a range that starts past KV tile 0 needs the loop to start there");
+    const TileRange range = MaskT::range(params, offset, w.m_start, BLOCK_M, BLOCK_N);
+    w.n_blocks = int(range.end);
+    w.first_masked = int(range.end_full);
+    return w;
+  };
+  auto batch_of = [&](const Work& w) { return w.bh / int(params.heads_q); };
+  auto head_of = [&](const Work& w) { return w.bh % int(params.heads_q); };
+  // Two entries: tile iter's is rewritten for tile iter + 2 only after Q of tile iter + 1 was
+  // released, when every consumer is past tile iter's store.
+  __shared__ Work scheduled[2];
+  auto release_q = [&] { ptx::mbarrier_arrive(bar(q_empty)); };
+
+  auto k_tile_of = [&](int pos) { return next_tile(kv_tiles, 2 * (pos % STAGES)); };
+  auto v_tile_of = [&](int pos) { return next_tile(kv_tiles, 2 * (pos % STAGES) + 1); };
+  // The producer's one thread: once the slot's previous use is released, the copies of KV tile
+  // n_block of work tile w into ring position pos (rows past N_kv are outside the map: zeros).
+  auto load_kv = [&](const Work& w, int n_block, int pos) {
+    const int slot = pos % STAGES, use = pos / STAGES;
+    if (use > 0) mbarrier_wait(bar(kv_empty[slot]), (use - 1) % 2);
+    ptx::mbarrier_arrive_expect_tx(bar(kv_full[slot]), 2 * BLOCK_N * HEAD_DIM * int(sizeof(bf16)));
+    const int h_kv = int(kv_head_of(head_of(w), params.heads_q, params.heads_kv));
+    load_tile_tma(k_tile_of(pos), &maps.k, n_block * BLOCK_N, h_kv, batch_of(w), bar(kv_full[slot]));
+    load_tile_tma(v_tile_of(pos), &maps.v, n_block * BLOCK_N, h_kv, batch_of(w), bar(kv_full[slot]));
+  };
+
+  if (threadIdx.x == 0) {
+    ptx::mbarrier_init(bar(q_full), 1);
+    ptx::mbarrier_init(bar(q_empty), kWarpgroupThreads * Cfg::CONSUMERS);
+    for (int stage = 0; stage < STAGES; ++stage) {
+      ptx::mbarrier_init(bar(kv_full[stage]), 1);
+      ptx::mbarrier_init(bar(kv_empty[stage]), 4 * Cfg::CONSUMERS);
+    }
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();  // from here on, the roles meet only on mbarriers and named barriers
+
+  // ---- the producer: per work tile, the first K/V tile, Q once released, then the rest.
+  if (warpgroup == 0) {
+    ptx::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
+    if (threadIdx.x == 0) {
+      int pos = 0;  // ring position: K/V tiles this block has loaded so far
+      for (int iter = 0;; ++iter) {
+        const Work w = work(iter);
+        if (w.n_blocks > 0) load_kv(w, 0, pos++);
+        if (iter > 0) mbarrier_wait(bar(q_empty), (iter - 1) % 2);
+        scheduled[iter % 2] = w;
+        if (w.bh < 0) {  // no more tiles: the consumers learn it from q_full's next phase
+          ptx::mbarrier_arrive(bar(q_full));
+          break;
+        }
+        ptx::mbarrier_arrive_expect_tx(bar(q_full), BLOCK_M * HEAD_DIM * int(sizeof(bf16)));
+        load_tile_tma(q_tile, &maps.q, w.m_start, head_of(w), batch_of(w), bar(q_full));
+        for (int n_block = 1; n_block < w.n_blocks; ++n_block) load_kv(w, n_block, pos++);
+      }
+    }
+    return;
+  }
+
+  // ---- the consumers
+  ptx::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
+  const int tile_row0 = (warp - 4) * ROWS_PER_WARP;  // the warp's first row in the block
+  const ScoreMod score_mod{};
+  int pos = 0;
+  for (int iter = 0;; ++iter) {
+    mbarrier_wait(bar(q_full), iter % 2);
+    const Work w = scheduled[iter % 2];
+    if (w.bh < 0) break;
+    const int row0 = w.m_start + tile_row0;  // this warp's first query row
+
+    Acc<HEAD_DIM> o_i = zeros<HEAD_DIM>();  // (16, HEAD_DIM) fp32, unnormalised output
+    Rows m_i = rows(-INFINITY);             // running row max, raw score units
+    Rows l_i = rows(0.0f);                  // running row sum over this lane's columns
+
+    // The softmax of one S tile, lazily rescaled; says whether O must be rescaled by alpha once
+    // the P·V in flight is done.
+    auto softmax = [&](Acc<BLOCK_N>& s, int n_block, Rows& alpha) {
+      score_mod(s, row0, n_block * BLOCK_N);
+      if (n_block >= w.first_masked) apply_mask(s, row0, n_block * BLOCK_N, MaskT::element(params, offset));
+      const Rows m_new = row_max(s, m_i);
+      const bool moved = any_max_moved(m_i, m_new, scale_log2, Cfg::RESCALE_THRESHOLD);
+      if (moved) {
+        alpha = rescale_factor(m_i, scale_log2, exp2_offset(m_new, scale_log2));
+        l_i = l_i * alpha;
+        m_i = m_new;
+      }
+      s = exp2_rows(s, scale_log2, exp2_offset(m_i, scale_log2));
+      l_i = l_i + row_sum(s);
+      return moved;
+    };
+    auto wait_full = [&](int q_pos) { mbarrier_wait(bar(kv_full[q_pos % STAGES]), (q_pos / STAGES) % 2); };
+
+    // ---- KV loop, pipelined by one tile: S_{j+1} = Q·K_{j+1}ᵀ issued before O += P_j·V_j.
+    if (w.n_blocks > 0) {
+      Acc<BLOCK_N> s;
+      wait_full(pos);
+      wgmma_begin(s);
+      mma_qk_async(s, q_tile, wg_row0, k_tile_of(pos));
+      ptx::wgmma_commit();
+      wait_for<0>(s);
+      if (w.n_blocks == 1) release_q();
+      Rows alpha;
+      if (softmax(s, 0, alpha)) rescale(o_i, alpha);
+      FragA<BLOCK_N> p = to_bf16(s);
+      for (int n_block = 1; n_block < w.n_blocks; ++n_block, ++pos) {
+        Acc<BLOCK_N> s_next;
+        wait_full(pos + 1);
+        wgmma_begin(s_next, o_i, p);
+        mma_qk_async(s_next, q_tile, wg_row0, k_tile_of(pos + 1));
+        ptx::wgmma_commit();
+        mma_pv_async(o_i, p, v_tile_of(pos));
+        ptx::wgmma_commit();
+        wait_for<1>(s_next);
+        if (n_block + 1 == w.n_blocks) release_q();
+        const bool moved_next = softmax(s_next, n_block, alpha);
+        wait_for<0>(o_i, p);
+        if (lane_id() == 0) ptx::mbarrier_arrive(bar(kv_empty[pos % STAGES]));
+        if (moved_next) rescale(o_i, alpha);
+        p = to_bf16(s_next);
+      }
+      wgmma_begin(o_i, p);
+      mma_pv_async(o_i, p, v_tile_of(pos));
+      ptx::wgmma_commit();
+      wait_for<0>(o_i, p);
+      if (lane_id() == 0) ptx::mbarrier_arrive(bar(kv_empty[pos % STAGES]));
+      ++pos;
+    }
+    if (w.n_blocks == 0) release_q();
+
+    // ---- normalise and store: the tile is read again from `scheduled` (registers are short).
+    const Rows l = quad_sum(l_i);
+    const Work done = scheduled[iter % 2];
+    Out<SmemTile<kWarpgroupRows, OLayout>> out;
+    if constexpr (Epilogue::kSmemTile) {
+      out.tile = {o_tiles + (warpgroup - 1) * kWarpgroupRows * HEAD_DIM};
+      out.tile_row0 = tile_row0 - wg_row0;
+      out.barrier = consumer_barrier(warpgroup);
+      out.map = &o_map;
+      out.map_row = done.m_start + wg_row0;
+      out.head = head_of(done);
+      out.batch = batch_of(done);
+    } else {
+      out.o = static_cast<bf16*>(params.o) + int64_t(batch_of(done)) * params.o_stride.batch +
+              int64_t(head_of(done)) * params.o_stride.head + int64_t(w.m_start) * params.o_stride.seq;
+      out.o_row_stride = params.o_stride.seq;
+    }
+    out.lse = params.lse != nullptr ? params.lse + int64_t(done.bh) * n_q + w.m_start : nullptr;  // (B, H_q, N_q)
+    out.row0 = tile_row0;
+    out.valid_rows = n_q - w.m_start;
+    Epilogue::store(out, o_i, m_i, l, scale_log2);
+  }
+  Epilogue::finish();
+}
+
+template <int HEAD_DIM, typename Cfg>
+Status launch(const AttentionParams& p, cudaStream_t stream) {
+  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
+  const auto kernel = attention_kernel<HEAD_DIM, Cfg>;
+  if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
+  QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)
+  if (Status st = make_qkv_tile_maps(&maps, p, Cfg::BLOCK_M, Cfg::BLOCK_N); !st.ok()) return st;
+  // O in boxes of one consumer's rows; built for every configuration, so that what the kernel
+  // accepts does not depend on the epilogue the tuner picks.
+  CUtensorMap o_map;
+  if (Status st =
+          make_tile_map(&o_map, "o", p.o, p.batch, p.heads_q, p.seqlen_q, p.head_dim, p.o_stride, kWarpgroupRows);
+      !st.ok())
+    return st;
+  int resident = 0;
+  if (Status st = resident_blocks(reinterpret_cast<const void*>(kernel), Cfg::NUM_THREADS, smem, &resident); !st.ok())
+    return st;
+  dim3 grid;
+  if (Status st = PersistentScheduler::grid({int(cdiv(p.seqlen_q, Cfg::BLOCK_M)), p.batch * p.heads_q, p.causal},
+                                            resident, &grid);
+      !st.ok())
+    return st;
+  kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset(), maps, o_map);
+  FA_LAUNCH_RETURN();
+  return Status::Ok();
+}
+
+// Configuration Cfg at HEAD_DIM: one entry, or none (not compiled) when the build leaves HEAD_DIM out.
+template <int HEAD_DIM, typename Cfg>
+std::vector<tuner::KernelConfig> config() {
+  if constexpr (head_dim_built(HEAD_DIM))
+    return {kernel_config<HEAD_DIM, Cfg>(&launch<HEAD_DIM, Cfg>, Cfg::Epilogue::kName)};
+  else
+    return {};
+}
+
+// Step 16's list, its measured order of preference per head dim (steps/16_tma_store/README.md).
+const tuner::Tuner kTuner(kProductionHopper, FA_BUILD_ID,
+                          join({
+                              config<64, Config<256, 64, 5>>(),
+                              config<64, Config<192, 128, 4>>(),
+                              config<64, Config<128, 128, 4>>(),
+                              config<128, Config<192, 64, 4>>(),
+                              config<128, Config<128, 128, 3, RegisterStore>>(),
+                          }));
+
+const Capabilities kCaps = [] {
+  Capabilities c;
+  c.head_dims = built_head_dims({64, 128});
+  c.causal = true;
+  c.lse = true;
+  c.gqa = true;
+  c.tensor_cores = true;
+  c.max_seqlen = kTileMaxSeqlen;            // 32-bit row indices
+  c.max_batch_heads = kTileMaxBatchHeads;   // B·H_q as one 32-bit work-tile counter's factor
+  c.only_sm = 90;                           // wgmma: sm_90a code, compute capability 9.0 only
+  c.broadcast = false;                      // TMA maps step every dimension: no zero strides
+  c.tma = true;                             // 32-bit coordinates, 40-bit byte strides
+  c.max_work_tiles = kMaxWorkTiles;         // the persistent grid's 32-bit tile counter,
+  c.work_tile_rows = kTuner.min_block_m();  // counted in the smallest tiles any configuration takes
+  return c;
+}();
+
+}  // namespace
+
+Status forward(const AttentionParams& p, cudaStream_t stream) {
+  if (Status st = validate(p, kCaps); !st.ok()) return st;
+  if (Status st = check_device(kCaps); !st.ok()) return st;  // sm_90a code on a GPU that can run it
+  return kTuner.run(p, stream);
+}
+
+FA_REGISTER_STEP({kProductionHopper, "kernel_hopper", /*base=*/16,
+                  "the production forward on Hopper: step 16 with its mask, score hook, scheduler and epilogue "
+                  "as policies",
+                  kCaps, &forward, ""})
+
+}  // namespace fa::kernels::hopper

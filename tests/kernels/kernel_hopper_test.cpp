@@ -1,0 +1,43 @@
+// The production Hopper forward's test program: the shared GPU suite (tests/gpu/step_suite.cpp) and
+// the tuner's tests run on it as on every tuned step; here, what sets it apart from a step.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "fa/registry.h"
+#include "kernels/kernels.h"
+#include "library/tuner.h"
+#include "tests/gpu/step_suite.h"
+
+namespace fa {
+namespace {
+
+// It registers under its own number, above every step's, and says which lesson it generalises.
+TEST(KernelHopper, RegistersAboveTheStepsAndNamesItsLesson) {
+  const StepInfo& k = testing::the_step();
+  EXPECT_EQ(k.number, kernels::kProductionHopper);
+  EXPECT_EQ(k.base, 16);
+  EXPECT_TRUE(k.caps.causal && k.caps.lse && k.caps.gqa);
+  EXPECT_EQ(k.caps.only_sm, 90) << "wgmma and setmaxnreg: sm_90a code";
+  EXPECT_TRUE(k.caps.tma);
+}
+
+// The epilogue is part of a configuration's name, so the tuner's cache tells the two apart: at
+// D = 128 one configuration stores O from the registers, the others through shared memory.
+TEST(KernelHopper, TheEpilogueIsInTheConfigurationName) {
+  const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionHopper);
+  ASSERT_NE(t, nullptr);
+  for (int d : testing::the_step().caps.head_dims) {
+    const std::vector<std::string> names = t->config_names(d);
+    ASSERT_FALSE(names.empty()) << "D = " << d;
+    for (const std::string& n : names)
+      EXPECT_TRUE(n.find("O=smem") != std::string::npos || n.find("O=registers") != std::string::npos) << n;
+    if (d == 128)
+      EXPECT_TRUE(std::any_of(names.begin(), names.end(),
+                              [](const std::string& n) { return n.find("O=registers") != std::string::npos; }));
+  }
+}
+
+}  // namespace
+}  // namespace fa
