@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "device/mask.h"  // FA_HD, CausalMask
+#include "device/tiles.h"
 #include "fa/params.h"
 
 namespace fa::kernels {
@@ -195,10 +196,13 @@ FA_HD TileRange q_tiles(const Mask& m, int64_t n_start, int block_n, int block_m
 /// window) is a policy with its own kernels.
 struct CausalFlag {
   static constexpr bool kFromFirstKey = true;
-  FA_HD static TileRange range(const AttentionParams& p, int64_t offset, int64_t m_start, int64_t rows, int block_n) {
-    const KeyBound bound{p.seqlen_kv};
-    return p.causal ? kv_tiles(both(bound, Causal{offset}), m_start, rows, block_n)
-                    : kv_tiles(bound, m_start, rows, block_n);
+  /// kv_tiles of Both<KeyBound, Causal> (or KeyBound alone), worked out by the lessons' own
+  /// functions (device/tiles.h), which know the range starts at tile 0: the kernels then compile to
+  /// the steps' instructions (the general form cost the Hopper kernel's producer ~50 instructions a
+  /// work tile). CausalFlagIsTheGeneralRange (tests/cpu/kernels_mask_test.cpp) proves them equal.
+  FA_HD static TileRange range(const AttentionParams& p, int64_t offset, int64_t m_start, int rows, int block_n) {
+    const int end = kv_tile_end(m_start, rows, block_n, p.seqlen_kv, p.causal, offset);
+    return {0, 0, kv_tile_first_masked(m_start, rows, block_n, p.seqlen_kv, p.causal, offset), end};
   }
   FA_HD static fa::CausalMask element(const AttentionParams& p, int64_t offset) {
     return {int(p.seqlen_kv), p.causal, offset};

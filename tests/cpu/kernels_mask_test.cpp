@@ -211,6 +211,32 @@ TEST(KernelsMask, LessonsCausalRangeIsThePolicys) {
     }
 }
 
+// The kernels' default policy takes the lessons' functions for its range: it must be the general
+// range of the same mask, on every Q tile (the last, ragged one counted as a whole tile, as the
+// kernels count it), causal in both alignments or not.
+TEST(KernelsMask, CausalFlagIsTheGeneralRange) {
+  for (const Shape& s : shapes())
+    for (bool causal : {false, true})
+      for (int64_t offset : {int64_t(0), s.n_kv - s.n_q, int64_t(-40), int64_t(40)}) {
+        AttentionParams p;
+        p.seqlen_q = s.n_q;
+        p.seqlen_kv = s.n_kv;
+        p.causal = causal;
+        for (int64_t m_start = 0; m_start < s.n_q; m_start += s.block_m) {
+          const TileRange want = causal
+                                     ? kv_tiles(both(KeyBound{s.n_kv}, Causal{offset}), m_start, s.block_m, s.block_n)
+                                     : kv_tiles(KeyBound{s.n_kv}, m_start, s.block_m, s.block_n);
+          const TileRange got = CausalFlag::range(p, offset, m_start, s.block_m, s.block_n);
+          const std::string where = describe(s, causal ? "causal" : "none") + " offset " + std::to_string(offset) +
+                                    " m_start " + std::to_string(m_start);
+          EXPECT_EQ(got.first, want.first) << where;
+          EXPECT_EQ(got.first_full, want.first_full) << where;
+          EXPECT_EQ(got.end_full, want.end_full) << where;
+          EXPECT_EQ(got.end, want.end) << where;
+        }
+      }
+}
+
 TEST(KernelsMask, FloorAndCeilingDivisionForAnySign) {
   EXPECT_EQ(floor_div(-1, 64), -1);
   EXPECT_EQ(floor_div(-64, 64), -1);
