@@ -81,7 +81,7 @@ fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10
 # Step 16's rules (sm_90a alone): wgmma, TMA loads and stores, mbarriers, setmaxnreg, no mma.sync
 # or cp.async, and step 16's instruction counts per configuration, UTMASTG included.
 fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16
-  INS HGMMA UTMALDG UTMASTG MUFU.EX2 SYNCS.ARRIVE.TRANS64.RED.A1T0 BAR.SYNC
+  INS HGMMA UTMALDG UTMASTG MUFU.EX2 BAR.SYNC FENCE.VIEW.ASYNC.S
   STATIC REQUIRE HGMMA UTMALDG UTMASTG SYNCS USETMAXREG FORBID HMMA LDSM LDGSTS MAX_COUNT WARPGROUP.ARRIVE:4
          KERNEL attention_kernel
   TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_hopper_test.cpp)
