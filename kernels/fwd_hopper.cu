@@ -58,6 +58,7 @@ struct Config {
   static constexpr int BLOCK_N = BLOCK_N_;
   static constexpr int STAGES = STAGES_;
   using Epilogue = Epilogue_;
+  static constexpr const char* VARIANT = Epilogue::kName;  // in the tuner's name: "O=smem", "O=registers"
   static constexpr int ROWS_PER_WARP = 16;
   static constexpr int CONSUMERS = BLOCK_M / kWarpgroupRows;  // consumer warpgroups
   static constexpr int NUM_WARPS = 4 * (1 + CONSUMERS);       // the producer warpgroup first
@@ -279,51 +280,44 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   Epilogue::finish();
 }
 
-template <int HEAD_DIM, typename Cfg>
-Status launch(const AttentionParams& p, cudaStream_t stream) {
-  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
-  const auto kernel = attention_kernel<HEAD_DIM, Cfg>;
-  if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
-  QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)
-  if (Status st = make_qkv_tile_maps(&maps, p, Cfg::BLOCK_M, Cfg::BLOCK_N); !st.ok()) return st;
-  // O in boxes of one consumer's rows; built for every configuration, so that what the kernel
-  // accepts does not depend on the epilogue the tuner picks.
-  CUtensorMap o_map;
-  if (Status st =
-          make_tile_map(&o_map, "o", p.o, p.batch, p.heads_q, p.seqlen_q, p.head_dim, p.o_stride, kWarpgroupRows);
-      !st.ok())
-    return st;
-  int resident = 0;
-  if (Status st = resident_blocks(reinterpret_cast<const void*>(kernel), Cfg::NUM_THREADS, smem, &resident); !st.ok())
-    return st;
-  dim3 grid;
-  if (Status st = PersistentScheduler::grid({int(cdiv(p.seqlen_q, Cfg::BLOCK_M)), p.batch * p.heads_q, p.causal},
-                                            resident, &grid);
-      !st.ok())
-    return st;
-  kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset(), maps, o_map);
-  FA_LAUNCH_RETURN();
-  return Status::Ok();
-}
-
-// Configuration Cfg at HEAD_DIM: one entry, or none (not compiled) when the build leaves HEAD_DIM out.
-template <int HEAD_DIM, typename Cfg>
-std::vector<tuner::KernelConfig> config() {
-  if constexpr (head_dim_built(HEAD_DIM))
-    return {kernel_config<HEAD_DIM, Cfg>(&launch<HEAD_DIM, Cfg>, Cfg::Epilogue::kName)};
-  else
-    return {};
-}
+// The host side of one configuration: the tuner calls Launcher::launch<HEAD_DIM, Cfg>.
+struct Launcher {
+  template <int HEAD_DIM, typename Cfg>
+  static Status launch(const AttentionParams& p, cudaStream_t stream) {
+    constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
+    const auto kernel = attention_kernel<HEAD_DIM, Cfg>;
+    if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
+    QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)
+    if (Status st = make_qkv_tile_maps(&maps, p, Cfg::BLOCK_M, Cfg::BLOCK_N); !st.ok()) return st;
+    // O in boxes of one consumer's rows; built for every configuration, so that what the kernel
+    // accepts does not depend on the epilogue the tuner picks.
+    CUtensorMap o_map;
+    if (Status st =
+            make_tile_map(&o_map, "o", p.o, p.batch, p.heads_q, p.seqlen_q, p.head_dim, p.o_stride, kWarpgroupRows);
+        !st.ok())
+      return st;
+    int resident = 0;
+    if (Status st = resident_blocks(reinterpret_cast<const void*>(kernel), Cfg::NUM_THREADS, smem, &resident); !st.ok())
+      return st;
+    dim3 grid;
+    if (Status st = PersistentScheduler::grid({int(cdiv(p.seqlen_q, Cfg::BLOCK_M)), p.batch * p.heads_q, p.causal},
+                                              resident, &grid);
+        !st.ok())
+      return st;
+    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset(), maps, o_map);
+    FA_LAUNCH_RETURN();
+    return Status::Ok();
+  }
+};
 
 // Step 16's list, its measured order of preference per head dim (steps/16_tma_store/README.md).
-const tuner::Tuner kTuner(kProductionHopper, FA_BUILD_ID,
-                          join({
-                              config<64, Config<256, 64, 5>>(),
-                              config<64, Config<192, 128, 4>>(),
-                              config<64, Config<128, 128, 4>>(),
-                              config<128, Config<192, 64, 4>>(),
-                              config<128, Config<128, 128, 3, RegisterStore>>(),
-                          }));
+const tuner::Tuner kTuner(
+    kProductionHopper, FA_BUILD_ID,
+    configs<Launcher>(At<64, Config<256, 64, 5>>{},                     // 4 consumers, 5 tiles in flight
+                      At<64, Config<192, 128, 4>>{},                    // 3 consumers, 128-key tiles
+                      At<64, Config<128, 128, 4>>{},                    // 2 consumers, 128-key tiles
+                      At<128, Config<192, 64, 4>>{},                    // 3 consumers at 160 registers
+                      At<128, Config<128, 128, 3, RegisterStore>>{}));  // 2 at 240, O from registers
 
 const Capabilities kCaps = [] {
   Capabilities c;

@@ -48,6 +48,7 @@ struct Config {
   static constexpr int BLOCK_M = BLOCK_M_;
   static constexpr int BLOCK_N = BLOCK_N_;
   static constexpr int STAGES = STAGES_;
+  static constexpr const char* VARIANT = "";                // nothing but the sizes tells two configurations apart
   static constexpr int M_TILES = 2;                         // 16-row mma tiles per warp
   static constexpr int ROWS_PER_WARP = kMmaRows * M_TILES;  // each warp owns 32 query rows
   static constexpr int NUM_WARPS = BLOCK_M / ROWS_PER_WARP;
@@ -177,41 +178,33 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   }
 }
 
-template <int HEAD_DIM, typename Cfg>
-Status launch(const AttentionParams& p, cudaStream_t stream) {
-  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
-  const auto kernel = attention_kernel<HEAD_DIM, Cfg>;
-  if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
-  dim3 grid;
-  if (Status st = GridScheduler::grid({int(cdiv(p.seqlen_q, Cfg::BLOCK_M)), p.batch * p.heads_q, p.causal}, 0, &grid);
-      !st.ok())
-    return st;
-  kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset());
-  FA_LAUNCH_RETURN();
-  return Status::Ok();
-}
-
-// Configuration Cfg at HEAD_DIM: one entry, or none (not compiled) when the build leaves HEAD_DIM out.
-template <int HEAD_DIM, typename Cfg>
-std::vector<tuner::KernelConfig> config() {
-  if constexpr (head_dim_built(HEAD_DIM))
-    return {kernel_config<HEAD_DIM, Cfg>(&launch<HEAD_DIM, Cfg>)};
-  else
-    return {};
-}
+// The host side of one configuration: the tuner calls Launcher::launch<HEAD_DIM, Cfg>.
+struct Launcher {
+  template <int HEAD_DIM, typename Cfg>
+  static Status launch(const AttentionParams& p, cudaStream_t stream) {
+    constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
+    const auto kernel = attention_kernel<HEAD_DIM, Cfg>;
+    if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
+    dim3 grid;
+    if (Status st = GridScheduler::grid({int(cdiv(p.seqlen_q, Cfg::BLOCK_M)), p.batch * p.heads_q, p.causal}, 0, &grid);
+        !st.ok())
+      return st;
+    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset());
+    FA_LAUNCH_RETURN();
+    return Status::Ok();
+  }
+};
 
 // Step 10's list: its measured order of preference per head dim.
 const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
-                          join({
-                              config<64, Config<128, 128, 2>>(),
-                              config<64, Config<128, 64, 3>>(),
-                              config<64, Config<128, 64, 2>>(),
-                              config<64, Config<64, 64, 3>>(),
-                              config<128, Config<128, 64, 2>>(),
-                              config<128, Config<128, 64, 3>>(),
-                              config<128, Config<128, 32, 3>>(),
-                              config<128, Config<128, 32, 2>>(),
-                          }));
+                          configs<Launcher>(At<64, Config<128, 128, 2>>{},  // 4 warps, 128-key tiles
+                                            At<64, Config<128, 64, 3>>{},   // 3 tiles in flight
+                                            At<64, Config<128, 64, 2>>{},   //
+                                            At<64, Config<64, 64, 3>>{},    // 2 warps: more blocks
+                                            At<128, Config<128, 64, 2>>{},  //
+                                            At<128, Config<128, 64, 3>>{},  //
+                                            At<128, Config<128, 32, 3>>{},  // 32-key tiles: fewer registers
+                                            At<128, Config<128, 32, 2>>{}));
 
 const Capabilities kCaps = [] {
   Capabilities c;

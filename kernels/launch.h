@@ -33,13 +33,6 @@ inline std::vector<int> built_head_dims(std::initializer_list<int> implemented) 
   return out;
 }
 
-/// One configuration list from per-configuration lists (each empty when its head dim is not built).
-inline std::vector<tuner::KernelConfig> join(std::initializer_list<std::vector<tuner::KernelConfig>> lists) {
-  std::vector<tuner::KernelConfig> out;
-  for (const auto& list : lists) out.insert(out.end(), list.begin(), list.end());
-  return out;
-}
-
 /// P = 2^(scale_log2 · (s − m)): the call's softmax scale times log2(e).
 inline float scale_log2(const AttentionParams& p) {
   constexpr float kLog2e = 1.4426950408889634f;
@@ -52,6 +45,26 @@ template <int HEAD_DIM, typename Cfg>
 tuner::KernelConfig kernel_config(tuner::LaunchFn launch, std::string variant = {}) {
   return {HEAD_DIM, Cfg::BLOCK_M,      Cfg::BLOCK_N, Cfg::NUM_WARPS, Cfg::STAGES, Cfg::template smem_bytes<HEAD_DIM>(),
           launch,   std::move(variant)};
+}
+
+/// An entry of a configuration list: Cfg at HEAD_DIM.
+template <int HEAD_DIM, typename Cfg>
+struct At {};
+
+template <typename Launcher, int HEAD_DIM, typename Cfg>
+void add_config(std::vector<tuner::KernelConfig>& list) {
+  if constexpr (head_dim_built(HEAD_DIM))
+    list.push_back(kernel_config<HEAD_DIM, Cfg>(&Launcher::template launch<HEAD_DIM, Cfg>, Cfg::VARIANT));
+}
+
+/// A kernel's configuration list, `configs<Launcher>(At<64, Config<...>>{}, ...)` in order of
+/// preference: each entry launched by `Launcher::launch<HEAD_DIM, Cfg>` and named with
+/// `Cfg::VARIANT` besides its sizes. An entry at a head dim the build leaves out is not compiled.
+template <typename Launcher, int... HEAD_DIM, typename... Cfg>
+std::vector<tuner::KernelConfig> configs(At<HEAD_DIM, Cfg>...) {
+  std::vector<tuner::KernelConfig> list;
+  (add_config<Launcher, HEAD_DIM, Cfg>(list), ...);
+  return list;
 }
 
 }  // namespace fa::kernels
