@@ -6,6 +6,7 @@
 // Sizes are multiplied in 128 bits (u128): B, H, N and D are each int64, and their products wrap in
 // 64 bits long before any of them is refused on its own (B = H_q = 2^32 makes B·H_q = 0 in int64).
 #include <algorithm>
+#include <iterator>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -285,6 +286,65 @@ Status check_device(const Capabilities& caps) {
                                std::to_string(caps.only_sm) + "a: H100, H200); this GPU is " + std::to_string(cc / 10) +
                                "." + std::to_string(cc % 10));
   return Status::Ok();
+}
+
+Status validate_backward(const BackwardParams& bp, const Capabilities& caps) {
+  const AttentionParams& p = bp.fwd;
+  if (!p.lse) return fail("the backward needs the forward's LSE: lse must be a non-null device pointer");
+  if (!bp.d_o || !bp.dq || !bp.dk || !bp.dv) return fail("d_o, dq, dk and dv must be non-null device pointers");
+  if (Status st = validate_input(p, caps); !st.ok()) return st;
+  auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
+    return Tensor{name,
+                  ptr,
+                  {p.batch, q_side ? p.heads_q : p.heads_kv, q_side ? p.seqlen_q : p.seqlen_kv, p.head_dim},
+                  {s.batch, s.head, s.seq, s.dim}};
+  };
+  const Tensor q = tensor("q", p.q, true, p.q_stride), k = tensor("k", p.k, false, p.k_stride),
+               v = tensor("v", p.v, false, p.v_stride), o = tensor("o", p.o, true, p.o_stride);
+  const Tensor d_o = tensor("d_o", bp.d_o, true, bp.do_stride), dq = tensor("dq", bp.dq, true, bp.dq_stride),
+               dk = tensor("dk", bp.dk, false, bp.dk_stride), dv = tensor("dv", bp.dv, false, bp.dv_stride);
+  for (const Tensor* t : {&d_o, &dq, &dk, &dv}) {
+    const bool output = t != &d_o;
+    if (Status st = check_sizes(*t); !st.ok()) return st;
+    if (Status st = check_strides(*t, output, caps); !st.ok()) return st;
+    if (caps.tma)
+      if (Status st = check_tma_sizes(*t); !st.ok()) return st;
+    if (!aligned(t->ptr, 16)) return fail(std::string(t->name) + " must be 16-byte aligned");
+    if (Status st = check_address_range(t->name, t->ptr, extent_bytes(*t, kElementBytes)); !st.ok()) return st;
+    if (output)
+      if (Status st = check_no_self_overlap(*t); !st.ok()) return st;
+  }
+  const size_t need = backward_workspace_bytes(p);
+  if (!bp.workspace || bp.workspace_bytes < need)
+    return fail("the backward needs a workspace of " + std::to_string(need) +
+                " bytes (backward_workspace_bytes: dQ's fp32 accumulator and D); got " +
+                std::to_string(bp.workspace_bytes));
+  if (!aligned(bp.workspace, 16)) return fail("the workspace must be 16-byte aligned");
+  if (Status st = check_address_range("workspace", bp.workspace, u128(need)); !st.ok()) return st;
+  // Every output shares no byte with any other buffer of the call.
+  const u128 lse_bytes = u128(uint64_t(p.batch)) * u128(uint64_t(p.heads_q)) * u128(uint64_t(p.seqlen_q)) * kLseBytes;
+  struct Span {
+    const char* name;
+    const void* ptr;
+    u128 bytes;
+  };
+  const Span spans[] = {{"q", q.ptr, extent_bytes(q, kElementBytes)},
+                        {"k", k.ptr, extent_bytes(k, kElementBytes)},
+                        {"v", v.ptr, extent_bytes(v, kElementBytes)},
+                        {"o", o.ptr, extent_bytes(o, kElementBytes)},
+                        {"lse", p.lse, lse_bytes},
+                        {"d_o", d_o.ptr, extent_bytes(d_o, kElementBytes)},
+                        {"dq", dq.ptr, extent_bytes(dq, kElementBytes)},
+                        {"dk", dk.ptr, extent_bytes(dk, kElementBytes)},
+                        {"dv", dv.ptr, extent_bytes(dv, kElementBytes)},
+                        {"workspace", bp.workspace, u128(need)}};
+  constexpr int kFirstOutput = 6;  // dq, dk, dv and the workspace are written
+  for (int i = kFirstOutput; i < int(std::size(spans)); ++i)
+    for (int j = 0; j < int(std::size(spans)); ++j)
+      if (j != i && (j < kFirstOutput || j > i) && overlaps(spans[i].ptr, spans[i].bytes, spans[j].ptr, spans[j].bytes))
+        return fail(std::string(spans[i].name) + " overlaps " + spans[j].name +
+                    ": the backward's outputs and workspace must be separate buffers");
+  return check_device(caps);
 }
 
 }  // namespace fa

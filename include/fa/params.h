@@ -99,6 +99,34 @@ inline void set_bhnd_strides(AttentionParams& p) {
   p.o_stride = bhnd_strides(p.heads_q, p.seqlen_q, p.head_dim);
 }
 
+/// @brief The backward pass: the forward's call (`fwd`: q, k, v, its output o and its LSE, which
+/// the backward needs, sizes, scale and mask) with dL/dO, and where dQ, dK and dV go. dO, dQ have
+/// O's and Q's shape (B, H_q, N_q, D); dK, dV have K's (B, H_kv, N_kv, D): with H_kv < H_q each
+/// is the sum over the query heads that share the KV head. bf16, each through its own strides.
+struct BackwardParams {
+  AttentionParams fwd;        ///< the forward call; `o` and `lse` are read, not written
+  const void* d_o = nullptr;  ///< device pointer: dL/dO, (B, H_q, N_q, D)
+  void* dq = nullptr;         ///< device pointer: dL/dQ, (B, H_q, N_q, D)
+  void* dk = nullptr;         ///< device pointer: dL/dK, (B, H_kv, N_kv, D)
+  void* dv = nullptr;         ///< device pointer: dL/dV, (B, H_kv, N_kv, D)
+  Strides do_stride;          ///< strides of dO in elements
+  Strides dq_stride;          ///< strides of dQ in elements
+  Strides dk_stride;          ///< strides of dK in elements
+  Strides dv_stride;          ///< strides of dV in elements
+  /// Scratch memory the caller provides (the backward allocates nothing), at least
+  /// backward_workspace_bytes(fwd) bytes, 16-byte aligned: dQ's fp32 accumulator and D = rowsum(dO∘O).
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;  ///< the workspace's size in bytes
+};
+
+/// @brief The scratch memory a backward call on `p`'s sizes needs: an fp32 (B, H_q, N_q, D) dQ
+/// accumulator and an fp32 (B, H_q, N_q) D, each rounded up to 256 bytes. O(N), never O(N²).
+inline size_t backward_workspace_bytes(const AttentionParams& p) {
+  auto round = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t rows = size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q);
+  return round(rows * size_t(p.head_dim) * sizeof(float)) + round(rows * sizeof(float));
+}
+
 /// @brief Result of an API call: success, or failure with a message saying what was wrong.
 class Status {
  public:

@@ -45,6 +45,9 @@ struct Capabilities {
 /// @brief Signature of every step's forward function. Runs asynchronously on `stream`.
 using ForwardFn = Status (*)(const AttentionParams& params, cudaStream_t stream);
 
+/// @brief Signature of a step's backward function (steps that teach or carry the backward).
+using BackwardFn = Status (*)(const BackwardParams& params, cudaStream_t stream);
+
 /// @brief One registered step.
 struct StepInfo {
   int number = -1;              ///< the NN of steps/NN_name
@@ -56,6 +59,7 @@ struct StepInfo {
   /// Its one kernel configuration, e.g. "BLOCK_M=64 BLOCK_N=64 warps=4"; empty for a tuned step,
   /// whose configuration depends on the problem (see describe_config).
   std::string config;
+  BackwardFn backward = nullptr;  ///< the step's backward, or nullptr: it has none
 };
 
 /// @brief All registered steps, sorted by number.
@@ -114,6 +118,12 @@ Status validate(const AttentionParams& params, const Capabilities& caps);
 /// they judge the machine (the fa2 tool reports bad input the same way with or without a GPU, and
 /// plans a benchmark sweep on any machine). A step's forward and the C interface use `validate`.
 Status validate_input(const AttentionParams& params, const Capabilities& caps);
+
+/// @brief The backward's rules: `validate(params.fwd, caps)` (the forward call as it was made, LSE
+/// required), then dO, dQ, dK and dV as rank-4 tensors of their shapes with the same stride rules
+/// (dQ, dK, dV as outputs: no overlap with each other, the inputs or the workspace), and a
+/// workspace of at least backward_workspace_bytes(params.fwd) bytes, 16-byte aligned.
+Status validate_backward(const BackwardParams& params, const Capabilities& caps);
 
 /// @brief Can the current CUDA device run a step with these capabilities (`only_sm`)? The last rule
 /// of `validate`, also callable alone. Without a usable CUDA device a pinned step is refused.

@@ -1,0 +1,104 @@
+// The warp-tile vocabulary of the backward pass (step 17 on): what the backward does to a tile
+// that the forward never did. A warp of the backward owns 16 KEYS, so its score tile is
+// transposed: Sᵀ = K·Qᵀ, rows are keys and columns are queries, in the same fragment layout as
+// every Acc (device/warp_tile.h: element e of fragment f of a lane is row g + 8·(e / 2), column
+// 8·f + 2t + e % 2, g = lane / 4, t = lane % 4). The per-query values the softmax needs (the LSE,
+// and D = rowsum(dO∘O)) are therefore per COLUMN here, read from shared memory by column.
+//
+//   exp2_cols          Pᵀ = 2^(c·Sᵀ − lse₂[col]): the probabilities, recomputed from the stored LSE
+//   ds_cols            dSᵀ = Pᵀ ∘ (dPᵀ − D[col])
+//   store_transposed   a warp's (16, N) tile written to shared memory as the (N, 16) block of a
+//                      (queries, keys) tile: dS for dQ = dS·K, whose rows are queries
+//   mma_pv_cols        O += P·V[:, c0 .. c0 + C): the P·V product on a slice of V's columns
+//   atomic_add_rows    a warp's fp32 rows added into global memory with atomics (dQ's accumulator)
+#pragma once
+
+#include <cstdint>
+
+#include "device/ptx/ldmatrix.h"
+#include "device/ptx/mma.h"
+#include "device/smem_tile.h"
+#include "device/warp_tile.h"
+
+namespace fa::tile {
+
+#if defined(__CUDACC__)
+
+/// Pᵀ = 2^(c·s − lse2[col]) per element, where lse2[col] is column col's LSE in exp2 units
+/// (LSE·log2 e), in shared memory, indexed by the tile's column (0 .. N). A column whose row saw no
+/// key must hold +inf there (0 for every element, never −inf − (−inf) = NaN).
+template <int N>
+__device__ __forceinline__ Acc<N> exp2_cols(const Acc<N>& s, float scale_log2, const float* lse2) {
+  const int lane = lane_id();
+  Acc<N> p;
+#pragma unroll
+  for (int f = 0; f < N / 8; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      p.c[f][e] = ptx::exp2_approx(s.c[f][e] * scale_log2 - lse2[f * 8 + ptx::mma_c_col(lane, e)]);
+  return p;
+}
+
+/// dSᵀ = Pᵀ ∘ (dPᵀ − D[col]) per element, D in shared memory by column.
+template <int N>
+__device__ __forceinline__ Acc<N> ds_cols(const Acc<N>& p, const Acc<N>& dp, const float* delta) {
+  const int lane = lane_id();
+  Acc<N> ds;
+#pragma unroll
+  for (int f = 0; f < N / 8; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ds.c[f][e] = p.c[f][e] * (dp.c[f][e] - delta[f * 8 + ptx::mma_c_col(lane, e)]);
+  return ds;
+}
+
+/// Writes the warp's (16, N) tile x, rounded to bf16, transposed into `tile`: x's row r, column c
+/// goes to tile row c, column col0 + r. One 16-bit store per element (a lesson's simplicity, not
+/// conflict-free).
+template <int N, int ROWS, typename Layout>
+__device__ __forceinline__ void store_transposed(SmemTile<ROWS, Layout> tile, const Acc<N>& x, int col0) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int f = 0; f < N / 8; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      tile.ptr[Layout::offset(f * 8 + ptx::mma_c_col(lane, e), col0 + ptx::mma_c_row(lane, e))] =
+          __float2bfloat16(x.c[f][e]);
+}
+
+/// O += P·V[:, c0 .. c0 + C) for one warp's 16 rows: mma_pv restricted to C of V's columns,
+/// starting at c0 (a multiple of 16).
+template <int C, int N, typename Layout>
+__device__ __forceinline__ void mma_pv_cols(Acc<C>& o, const FragA<N>& p, SmemTile<N, Layout> v_tile, int c0) {
+  static_assert(C % 16 == 0 && C <= Layout::kCols, "whole 16-column blocks of V");
+  const int lane = lane_id();
+  const unsigned lane_bytes = 2 * Layout::offset(ptx::ldsm_v_row(lane), ptx::ldsm_v_colblock(lane) * 8);
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) {
+#pragma unroll
+    for (int dd = 0; dd < C / 16; ++dd) {
+      uint32_t v_frag[4];
+      ptx::ldmatrix_x4_trans(v_frag, v_tile.addr() + Layout::move(lane_bytes, kk, c0 / 16 + dd));
+      ptx::mma_bf16_16816(o.c[2 * dd], p.a[kk], v_frag[0], v_frag[1]);
+      ptx::mma_bf16_16816(o.c[2 * dd + 1], p.a[kk], v_frag[2], v_frag[3]);
+    }
+  }
+}
+
+/// dst[(row0 + r)·stride + col0 + c] += scale · x[r][c] for the warp's (16, C) tile, with fp32
+/// atomics; rows at or past valid_rows are skipped.
+template <int C>
+__device__ __forceinline__ void atomic_add_rows(float* dst, int64_t stride, const Acc<C>& x, float scale, int row0,
+                                                int col0, int valid_rows) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int f = 0; f < C / 8; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = row0 + ptx::mma_c_row(lane, e);
+      if (row < valid_rows) atomicAdd(dst + row * stride + col0 + f * 8 + ptx::mma_c_col(lane, e), scale * x.c[f][e]);
+    }
+}
+
+#endif  // __CUDACC__
+
+}  // namespace fa::tile
