@@ -62,6 +62,14 @@ struct Tensor {
 
 constexpr const char* kAxes[4] = {"batch", "head", "sequence", "dim"};
 
+// A tensor of the call `p`: (B, H_q, N_q, D) on the query side (Q, O, dO, dQ), else (B, H_kv, N_kv, D).
+Tensor call_tensor(const AttentionParams& p, const char* name, const void* ptr, bool q_side, const Strides& s) {
+  return Tensor{name,
+                ptr,
+                {p.batch, q_side ? p.heads_q : p.heads_kv, q_side ? p.seqlen_q : p.seqlen_kv, p.head_dim},
+                {s.batch, s.head, s.seq, s.dim}};
+}
+
 u128 elements(const Tensor& t) {
   return u128(uint64_t(t.size[0])) * u128(uint64_t(t.size[1])) * u128(uint64_t(t.size[2])) * u128(uint64_t(t.size[3]));
 }
@@ -235,10 +243,7 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
     return fail("softmax scale must be positive and finite");
 
   auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
-    return Tensor{name,
-                  ptr,
-                  {p.batch, q_side ? p.heads_q : p.heads_kv, q_side ? p.seqlen_q : p.seqlen_kv, p.head_dim},
-                  {s.batch, s.head, s.seq, s.dim}};
+    return call_tensor(p, name, ptr, q_side, s);
   };
   const Tensor q = tensor("q", p.q, true, p.q_stride), k = tensor("k", p.k, false, p.k_stride),
                v = tensor("v", p.v, false, p.v_stride), o = tensor("o", p.o, true, p.o_stride);
@@ -294,10 +299,7 @@ Status validate_backward(const BackwardParams& bp, const Capabilities& caps) {
   if (!bp.d_o || !bp.dq || !bp.dk || !bp.dv) return fail("d_o, dq, dk and dv must be non-null device pointers");
   if (Status st = validate_input(p, caps); !st.ok()) return st;
   auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
-    return Tensor{name,
-                  ptr,
-                  {p.batch, q_side ? p.heads_q : p.heads_kv, q_side ? p.seqlen_q : p.seqlen_kv, p.head_dim},
-                  {s.batch, s.head, s.seq, s.dim}};
+    return call_tensor(p, name, ptr, q_side, s);
   };
   const Tensor q = tensor("q", p.q, true, p.q_stride), k = tensor("k", p.k, false, p.k_stride),
                v = tensor("v", p.v, false, p.v_stride), o = tensor("o", p.o, true, p.o_stride);

@@ -1,0 +1,134 @@
+// validate_backward (library/validate.cpp) on stand-in pointers, no GPU: the backward's own rules
+// beside the forward's. Each refusal names what is wrong.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "fa/registry.h"
+
+namespace fa {
+namespace {
+
+void* stand_in(uintptr_t slot) {
+  return reinterpret_cast<void*>(slot << 44);  // 16 TiB apart: never overlapping, never dereferenced
+}
+
+Capabilities caps() {
+  Capabilities c;
+  c.causal = c.lse = c.gqa = true;
+  return c;
+}
+
+BackwardParams valid() {
+  BackwardParams bp;
+  AttentionParams& p = bp.fwd;
+  p.batch = 2;
+  p.heads_q = 4;
+  p.heads_kv = 2;
+  p.seqlen_q = 100;
+  p.seqlen_kv = 130;
+  p.head_dim = 64;
+  set_bhnd_strides(p);
+  p.q = stand_in(1);
+  p.k = stand_in(2);
+  p.v = stand_in(3);
+  p.o = stand_in(4);
+  p.lse = static_cast<float*>(stand_in(5));
+  bp.d_o = stand_in(6);
+  bp.dq = stand_in(7);
+  bp.dk = stand_in(8);
+  bp.dv = stand_in(9);
+  bp.do_stride = bp.dq_stride = p.q_stride;
+  bp.dk_stride = bp.dv_stride = p.k_stride;
+  bp.workspace = stand_in(10);
+  bp.workspace_bytes = backward_workspace_bytes(p);
+  return bp;
+}
+
+void expect_refused(const BackwardParams& bp, const std::string& why) {
+  const Status st = validate_backward(bp, caps());
+  EXPECT_FALSE(st.ok()) << "accepted; expected a refusal about: " << why;
+  EXPECT_TRUE(st.unsupported()) << st.message();
+  EXPECT_NE(st.message().find(why), std::string::npos) << "expected \"" << why << "\", got: " << st.message();
+}
+
+TEST(ValidateBackward, AcceptsAWellFormedCall) {
+  const Status st = validate_backward(valid(), caps());
+  EXPECT_TRUE(st.ok()) << st.message();
+}
+
+// dQ's fp32 accumulator and D, each rounded up to 256 bytes: O(N), never O(N²).
+TEST(ValidateBackward, WorkspaceIsLinearInN) {
+  BackwardParams bp = valid();
+  const size_t rows = 2 * 4 * 100;
+  EXPECT_EQ(backward_workspace_bytes(bp.fwd), (rows * 64 * 4 + 255) / 256 * 256 + (rows * 4 + 255) / 256 * 256);
+  bp.fwd.seqlen_q *= 2;
+  EXPECT_LE(backward_workspace_bytes(bp.fwd), 2 * backward_workspace_bytes(valid().fwd) + 512);
+}
+
+TEST(ValidateBackward, NeedsTheForwardsLse) {
+  BackwardParams bp = valid();
+  bp.fwd.lse = nullptr;
+  expect_refused(bp, "needs the forward's LSE");
+}
+
+TEST(ValidateBackward, NeedsEveryGradientPointer) {
+  for (int which = 0; which < 4; ++which) {
+    BackwardParams bp = valid();
+    if (which == 0) bp.d_o = nullptr;
+    if (which == 1) bp.dq = nullptr;
+    if (which == 2) bp.dk = nullptr;
+    if (which == 3) bp.dv = nullptr;
+    expect_refused(bp, "d_o, dq, dk and dv must be non-null");
+  }
+}
+
+TEST(ValidateBackward, TheForwardsRulesStillHold) {
+  BackwardParams bp = valid();
+  bp.fwd.head_dim = 96;
+  expect_refused(bp, "head dim 96 is not supported");
+}
+
+TEST(ValidateBackward, WorkspaceTooSmallOrMissing) {
+  BackwardParams bp = valid();
+  bp.workspace_bytes -= 1;
+  expect_refused(bp, "needs a workspace of " + std::to_string(backward_workspace_bytes(bp.fwd)) + " bytes");
+  bp = valid();
+  bp.workspace = nullptr;
+  expect_refused(bp, "needs a workspace");
+  bp = valid();
+  bp.workspace = static_cast<char*>(bp.workspace) + 4;
+  expect_refused(bp, "workspace must be 16-byte aligned");
+}
+
+TEST(ValidateBackward, GradientsMustNotOverlapAnything) {
+  BackwardParams bp = valid();
+  bp.dv = bp.dk;
+  expect_refused(bp, "dk overlaps dv");
+  bp = valid();
+  bp.dq = const_cast<void*>(bp.fwd.q);
+  expect_refused(bp, "dq overlaps q");
+  bp = valid();
+  bp.workspace = bp.dq;
+  expect_refused(bp, "dq overlaps workspace");
+  bp = valid();
+  bp.dk = const_cast<void*>(bp.d_o);
+  expect_refused(bp, "dk overlaps d_o");
+}
+
+TEST(ValidateBackward, GradientStridesFollowTheOutputRules) {
+  BackwardParams bp = valid();
+  bp.dq_stride.batch = 0;
+  expect_refused(bp, "dq must not have a zero batch stride");
+  bp = valid();
+  bp.dk_stride.seq = 1;  // rows inside one another: two rows of dK at one address
+  bp.dk_stride.dim = 1;
+  expect_refused(bp, "dk strides must be multiples of 8 elements");
+  bp = valid();
+  bp.do_stride.dim = 2;
+  expect_refused(bp, "d_o must have unit stride along the head dim");
+}
+
+}  // namespace
+}  // namespace fa
