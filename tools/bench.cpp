@@ -8,6 +8,10 @@
 // B·N and H·D fixed keeps the work per point comparable while N, and with it the share of
 // the work spent on the softmax and the causal diagonal, changes.
 //
+// `--direction bwd` times the backward instead (the steps that have one, step 17 on), with the FLOPs
+// counted as flash-attention counts them: 2.5 × the forward's; `fwd,bwd` both. The backward is
+// checked by its tests against the fp64 reference (steps/17_backward_mma/tests), not here.
+//
 // `--list` prints the plan without a GPU (`--list --json`: the sweep, each point's FLOP count, the
 // tolerances and the timing options, which scripts/compare.py reads instead of keeping copies).
 #include <unistd.h>
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "harness/check.h"
+#include "harness/device_buffer.h"
 #include "harness/cli.h"
 #include "harness/flops.h"
 #include "harness/gpu.h"
@@ -52,6 +57,7 @@ struct Plan {
   double max_ms = 0, point_budget_ms = 0;
   int repeats = 1;
   TimingOptions timing;
+  std::vector<bool> backward;  // the directions: false = forward, true = backward
 };
 
 // One (step, shape) of the plan: its verdict, and one Timing per repeat once it is timed.
@@ -61,6 +67,7 @@ struct Point {
   std::string status = "ok";  // ok | unsupported | skipped | fail
   std::string note, config;
   double max_abs_err = -1, rel_err = -1, flops = 0;
+  bool backward = false;  // times the step's backward (its FLOPs: 2.5 × the forward's)
   TimingOptions timing;
   std::vector<Timing> times;
 };
@@ -80,6 +87,11 @@ std::string step_label(const StepInfo& st) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%02d_%s", st.number, st.name.c_str());
   return buf;
+}
+
+// A point's step, with " bwd" when it times the backward.
+std::string point_label(const Point& p) {
+  return step_label(*p.step) + (p.backward ? " bwd" : "");
 }
 
 // One CSV field: quoted when it holds a comma or a quote.
@@ -183,6 +195,11 @@ Plan make_plan(const CliArgs& cli, bool ladder) {
   plan.timing.iters = int(cli.get_int("iters", ladder ? 10 : 20));
   plan.timing.warmup = int(cli.get_int("warmup", ladder ? 2 : 3));
   plan.timing.flush_l2 = !cli.flag("no-flush");
+  const std::string directions = cli.get("direction", "fwd");
+  for (const std::string& d : {std::string("fwd"), std::string("bwd")})
+    if (("," + directions + ",").find("," + d + ",") != std::string::npos) plan.backward.push_back(d == "bwd");
+  if (plan.backward.empty() || (directions != "fwd" && directions != "bwd" && directions != "fwd,bwd"))
+    throw std::invalid_argument("--direction is fwd, bwd or fwd,bwd (got '" + directions + "')");
   if (plan.repeats < 1 || plan.timing.iters < 1 || plan.timing.warmup < 0)
     throw std::invalid_argument("--repeats and --iters must be >= 1, --warmup >= 0");
   return plan;
@@ -194,22 +211,28 @@ std::vector<Point> plan_points(const Plan& plan) {
   for (size_t i = 0; i < plan.sweep.size(); ++i) {
     const BenchShape& s = plan.sweep[i];
     const AttentionParams vp = validation_params(problem_shape(s));  // stand-in pointers, no GPU
-    for (const StepInfo* st : plan.steps) {
-      Point p;
-      p.step = st;
-      p.shape = i;
-      p.flops = attention_flops(vp);
-      const bool slow = std::find(plan.slow_steps.begin(), plan.slow_steps.end(), st->number) != plan.slow_steps.end();
-      if (Status v = validate_input(vp, st->caps); !v.ok()) {  // the GPU is judged when the point runs
-        p.status = "unsupported";
-        p.note = "not supported: " + v.message();
-      } else if (slow && plan.slow_max_n > 0 && s.seqlen > plan.slow_max_n) {
-        p.status = "skipped";
-        p.note = "skipped: CUDA-core step, too slow above N=" + std::to_string(plan.slow_max_n) +
-                 " (change with --slow-max-n, 0 = no limit)";
+    for (bool backward : plan.backward)
+      for (const StepInfo* st : plan.steps) {
+        Point p;
+        p.step = st;
+        p.shape = i;
+        p.backward = backward;
+        p.flops = attention_flops(vp) * (backward ? 2.5 : 1.0);
+        const bool slow =
+            std::find(plan.slow_steps.begin(), plan.slow_steps.end(), st->number) != plan.slow_steps.end();
+        if (backward && !st->backward) {
+          p.status = "unsupported";
+          p.note = "no backward: step " + std::to_string(st->number) + " teaches the forward only";
+        } else if (Status v = validate_input(vp, st->caps); !v.ok()) {  // the GPU is judged when the point runs
+          p.status = "unsupported";
+          p.note = "not supported: " + v.message();
+        } else if (slow && plan.slow_max_n > 0 && s.seqlen > plan.slow_max_n) {
+          p.status = "skipped";
+          p.note = "skipped: CUDA-core step, too slow above N=" + std::to_string(plan.slow_max_n) +
+                   " (change with --slow-max-n, 0 = no limit)";
+        }
+        points.push_back(p);
       }
-      points.push_back(p);
-    }
   }
   return points;
 }
@@ -234,12 +257,13 @@ void print_plan(const Plan& plan, const std::vector<Point>& points) {
   for (size_t i = 0; i < plan.sweep.size(); ++i) {
     std::printf("  %-34s [%s] steps:", shape_label(plan.sweep[i]).c_str(), plan.sweep[i].family.c_str());
     for (const Point& p : points)
-      if (p.shape == i && p.status == "ok") std::printf(" %02d", p.step->number);
+      if (p.shape == i && p.status == "ok") std::printf(" %02d%s", p.step->number, p.backward ? "bwd" : "");
     std::printf("\n");
   }
   for (const Point& p : points)
     if (p.status != "ok")
-      std::printf("  step %02d, %s: %s\n", p.step->number, shape_label(plan.sweep[p.shape]).c_str(), p.note.c_str());
+      std::printf("  step %02d%s, %s: %s\n", p.step->number, p.backward ? " bwd" : "",
+                  shape_label(plan.sweep[p.shape]).c_str(), p.note.c_str());
   std::printf("%s", skip_rules(plan).c_str());
 }
 
@@ -274,15 +298,20 @@ void print_plan_json(const Plan& plan, const std::vector<Point>& points) {
     std::snprintf(flops, sizeof flops, "%.17g", attention_flops(validation_params(problem_shape(s))));
     os << ", \"flops\": " << flops;
     std::string run, not_run;
+    std::string run_bwd;
     for (const Point& p : points) {
       if (p.shape != i) continue;
+      if (p.backward) {
+        if (p.status == "ok") run_bwd += (run_bwd.empty() ? "" : ", ") + std::to_string(p.step->number);
+        continue;
+      }
       if (p.status == "ok")
         run += (run.empty() ? "" : ", ") + std::to_string(p.step->number);
       else
         not_run += std::string(not_run.empty() ? "" : ", ") + "{\"step\": " + std::to_string(p.step->number) +
                    ", \"status\": " + json_string(p.status) + ", \"note\": " + json_string(p.note) + "}";
     }
-    os << ", \"run\": [" << run << "], \"not_run\": [" << not_run << "]}";
+    os << ", \"run\": [" << run << "], \"not_run\": [" << not_run << "], \"run_bwd\": [" << run_bwd << "]}";
   }
   os << "\n  ]\n}\n";
   std::printf("%s", os.str().c_str());
@@ -319,6 +348,19 @@ bool is_out_of_memory(const std::string& message) {
          message.find("out of memory") != std::string::npos;
 }
 
+// Times a point: the step's forward (time_step), or its backward on `bp`'s gradients with the
+// forward's O and LSE from `p` (the last forward run on the shape left them there).
+Timing time_point(const Point& pt, const AttentionParams& p, BackwardParams bp, const TimingOptions& opt) {
+  if (!pt.backward) return time_step(*pt.step, p, opt);
+  bp.fwd = p;
+  const StepInfo& st = *pt.step;
+  return time_on_stream(
+      [&](cudaStream_t stream) {
+        if (Status s = st.backward(bp, stream); !s.ok()) throw std::runtime_error("backward: " + s.message());
+      },
+      opt);
+}
+
 // Checks every runnable point of shape `i` once, then times the ones that passed: all of them
 // once, then all again, so slow drifts (clocks, temperature) show up as spread between repeats
 // rather than as a bias against whichever step ran last.
@@ -331,14 +373,46 @@ void measure_shape(const Plan& plan, size_t i, std::vector<Point*>& points, Prog
   bar.show(done, shape_label(s) + ": fp32 GPU reference");
   const ReferenceData ref = compute_reference(prob, ReferenceKind::gpu);
   std::vector<std::pair<Point*, AttentionParams>> ready;
+  // The backward's tensors, made once per shape for every backward point: dO random, dQ, dK, dV
+  // contiguous, and the workspace.
+  const AttentionParams shape_p = prob.params();
+  const size_t q_elems = size_t(shape_p.batch * shape_p.heads_q * shape_p.seqlen_q * shape_p.head_dim);
+  const size_t kv_elems = size_t(shape_p.batch * shape_p.heads_kv * shape_p.seqlen_kv * shape_p.head_dim);
+  DeviceBuffer<__nv_bfloat16> d_o, dq, dk, dv;
+  DeviceBuffer<unsigned char> workspace;
+  BackwardParams bp;
+  if (std::any_of(points.begin(), points.end(), [](const Point* p) { return p->backward; })) {
+    d_o = DeviceBuffer<__nv_bfloat16>(q_elems);
+    dq = DeviceBuffer<__nv_bfloat16>(q_elems);
+    dk = DeviceBuffer<__nv_bfloat16>(kv_elems);
+    dv = DeviceBuffer<__nv_bfloat16>(kv_elems);
+    workspace = DeviceBuffer<unsigned char>(backward_workspace_bytes(shape_p));
+    std::vector<__nv_bfloat16> host(q_elems);
+    uint64_t x = 0x9E3779B97F4A7C15ull + i;  // a splitmix-style sequence: uniform in [-1, 1)
+    for (__nv_bfloat16& e : host) {
+      x += 0x9E3779B97F4A7C15ull;
+      uint64_t z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      e = __float2bfloat16(float(double(z >> 11) / double(1ull << 52)) - 1.0f);
+    }
+    d_o.upload(host);
+    bp.d_o = d_o.get();
+    bp.dq = dq.get();
+    bp.dk = dk.get();
+    bp.dv = dv.get();
+    bp.do_stride = bp.dq_stride = bhnd_strides(shape_p.heads_q, shape_p.seqlen_q, shape_p.head_dim);
+    bp.dk_stride = bp.dv_stride = bhnd_strides(shape_p.heads_kv, shape_p.seqlen_kv, shape_p.head_dim);
+    bp.workspace = workspace.get();
+    bp.workspace_bytes = workspace.bytes();
+  }
   for (Point* pt : points) {
     const StepInfo& st = *pt->step;
     bar.show(done, shape_label(s) + ": checking step " + std::to_string(st.number));
     CheckResult r = run_and_check(st, prob, ref);
     AttentionParams p = prob.params();
     if (!st.caps.lse) p.lse = nullptr;
-    pt->max_abs_err = r.o.max_abs_err;
-    pt->rel_err = r.o.rel_norm;
+    pt->max_abs_err = pt->backward ? -1 : r.o.max_abs_err;  // a backward point's check is its tests'
+    pt->rel_err = pt->backward ? -1 : r.o.rel_norm;
     if (!r.status.ok() && is_out_of_memory(r.status.message())) {
       // Not a wrong answer: the shape does not fit next to the step's own buffers (step 00's N²
       // score matrix with large --b/--h).
@@ -347,7 +421,16 @@ void measure_shape(const Plan& plan, size_t i, std::vector<Point*>& points, Prog
     } else if (!r.ok()) {
       pt->status = "fail";
       pt->note = "FAILED check: " + r.summary();
-    } else if (const double probe = time_step(st, p, {0, 1, false}).median_ms; plan.max_ms > 0 && probe > plan.max_ms) {
+    } else if (Status bs = pt->backward ? st.backward(BackwardParams{p, bp.d_o, bp.dq, bp.dk, bp.dv, bp.do_stride,
+                                                                     bp.dq_stride, bp.dk_stride, bp.dv_stride,
+                                                                     bp.workspace, bp.workspace_bytes},
+                                                      nullptr)
+                                        : Status::Ok();
+               !bs.ok()) {
+      pt->status = bs.unsupported() ? "unsupported" : "fail";
+      pt->note = "backward: " + bs.message();
+    } else if (const double probe = time_point(*pt, p, bp, {0, 1, false}).median_ms;
+               plan.max_ms > 0 && probe > plan.max_ms) {
       char buf[160];
       std::snprintf(buf, sizeof buf, "skipped: one run takes %.0f ms > --max-ms-per-point %.0f", probe, plan.max_ms);
       pt->status = "skipped";
@@ -364,7 +447,7 @@ void measure_shape(const Plan& plan, size_t i, std::vector<Point*>& points, Prog
   for (int rep = 0; rep < plan.repeats; ++rep)
     for (auto& [pt, p] : ready) {
       bar.show(done, shape_label(s) + ": step " + std::to_string(pt->step->number) + " repeat " + std::to_string(rep));
-      pt->times.push_back(time_step(*pt->step, p, pt->timing));
+      pt->times.push_back(time_point(*pt, p, bp, pt->timing));
       ++done;
     }
 }
@@ -379,7 +462,7 @@ void write_csv(const std::string& path, const Plan& plan, const std::vector<Poin
   std::ofstream csv(path);
   if (!csv) throw std::invalid_argument("cannot write --csv file '" + path + "'");
   csv << "step,B,H_q,H_kv,N_q,N_kv,D,causal,dtype,median_ms,tflops,gpu,sm_clock_mhz,commit,config,repeat,"
-         "min_ms,max_ms,iters,max_abs_err,family,name,rel_err,status,note\n";
+         "min_ms,max_ms,iters,max_abs_err,family,name,rel_err,status,note,direction\n";
   const std::string gpu = csv_field(gpu_name()), commit = csv_field(commit_id());
   const int clock = gpu_sm_clock_mhz();
   for (const Point& p : points) {
@@ -394,7 +477,8 @@ void write_csv(const std::string& path, const Plan& plan, const std::vector<Poin
           << ',' << csv_field(p.config) << ',' << rep << ',' << opt(t, t ? t->min_ms : 0) << ','
           << opt(t, t ? t->max_ms : 0) << ',' << (t ? std::to_string(p.timing.iters) : "") << ','
           << opt(p.max_abs_err >= 0, p.max_abs_err) << ',' << s.family << ',' << p.step->name << ','
-          << opt(p.rel_err >= 0, p.rel_err) << ',' << p.status << ',' << csv_field(p.note) << '\n';
+          << opt(p.rel_err >= 0, p.rel_err) << ',' << p.status << ',' << csv_field(p.note) << ','
+          << (p.backward ? "bwd" : "fwd") << '\n';
     }
   }
 }
@@ -445,7 +529,7 @@ void print_table(const Plan& plan, const std::vector<Point>& points) {
       if (prev > 0) std::snprintf(buf, sizeof buf, "%.2f×", prev / m), speedup = buf;
       prev = m;
     }
-    std::printf("| %s |%s%s%s %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", step_label(*p.step).c_str(),
+    std::printf("| %s |%s%s%s %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", point_label(p).c_str(),
                 plan.ladder ? " " : "", plan.ladder ? p.step->lesson.c_str() : "", plan.ladder ? " |" : "",
                 shape_label(plan.sweep[p.shape]).c_str(), err.c_str(), rel.c_str(), ms.empty() ? "—" : ms.c_str(),
                 tf.c_str(), spread.c_str(), speedup.c_str(), p.status == "ok" ? "pass" : cell(p.note).c_str(),
@@ -458,7 +542,7 @@ int run_bench(const std::vector<std::string>& args, bool ladder) {
   const char* command = ladder ? "ladder" : "bench";
   CliArgs cli(args, {"causal-only", "no-causal", "no-seed-shape", "dry-run", "list", "json", "no-flush", "quick"},
               {"steps", "n", "d", "b", "h", "tokens", "hidden", "csv", "iters", "warmup", "repeats", "slow-steps",
-               "slow-max-n", "max-ms-per-point", "point-budget-ms"});
+               "slow-max-n", "max-ms-per-point", "point-budget-ms", "direction"});
   const Plan plan = make_plan(cli, ladder);
   std::vector<Point> points = plan_points(plan);
   if (cli.flag("json") && !cli.flag("list")) throw std::invalid_argument("--json goes with --list (timings: --csv)");
