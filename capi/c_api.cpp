@@ -114,9 +114,94 @@ int prepare(int step, const fa_attention_params* c, fa::AttentionParams& p, cons
   return FA_OK;
 }
 
+// The backward's C struct → C++ params; empty on success, else why it is malformed.
+std::string convert_backward(const fa_backward_params* c, fa::BackwardParams& p) {
+  if (!c) return "params is NULL";
+  if (c->struct_size != sizeof(fa_backward_params))
+    return "struct_size is " + std::to_string(c->struct_size) + "; set it to sizeof(fa_backward_params), " +
+           std::to_string(sizeof(fa_backward_params)) + " in this library (C interface version " +
+           std::to_string(FA_C_API_VERSION) + ")";
+  for (size_t i = 0; i < sizeof c->reserved / sizeof c->reserved[0]; ++i)
+    if (c->reserved[i] != 0)
+      return "reserved[" + std::to_string(i) + "] is " + std::to_string(c->reserved[i]) +
+             "; reserved fields must be zero (zero-fill the struct)";
+  if (std::string why = convert(&c->fwd, p.fwd); !why.empty()) return "fwd: " + why;
+  auto strides = [&](int t) {
+    return fa::Strides{c->strides[t][FA_AXIS_BATCH], c->strides[t][FA_AXIS_HEAD], c->strides[t][FA_AXIS_SEQ],
+                       c->strides[t][FA_AXIS_DIM]};
+  };
+  p.d_o = c->d_o;
+  p.dq = c->dq;
+  p.dk = c->dk;
+  p.dv = c->dv;
+  p.do_stride = strides(FA_TENSOR_DO);
+  p.dq_stride = strides(FA_TENSOR_DQ);
+  p.dk_stride = strides(FA_TENSOR_DK);
+  p.dv_stride = strides(FA_TENSOR_DV);
+  p.workspace = c->workspace;
+  p.workspace_bytes = c->workspace_bytes;
+  return "";
+}
+
 }  // namespace
 
 extern "C" {
+
+int fa_backward_workspace_size(const fa_attention_params* p, size_t* bytes, char* err, size_t err_len) {
+  try {
+    if (bytes) *bytes = 0;
+    fa::AttentionParams params;
+    if (std::string why = convert(p, params); !why.empty()) return fail(err, err_len, FA_ERROR_INVALID, why);
+    if (params.batch < 1 || params.heads_q < 1 || params.seqlen_q < 1 || params.head_dim < 1 ||
+        params.batch > (int64_t(1) << 31) || params.heads_q > (int64_t(1) << 31) ||
+        params.seqlen_q > (int64_t(1) << 40) || params.head_dim > 1024)
+      return fail(err, err_len, FA_ERROR_INVALID, "B, H_q, N_q and D must be positive and of a real call's size");
+    if (bytes) *bytes = fa::backward_workspace_bytes(params);
+    write_message(err, err_len, "");
+    return FA_OK;
+  } catch (const std::exception& e) {
+    return fail(err, err_len, FA_ERROR_RUNTIME, e.what());
+  }
+}
+
+int fa_step_has_backward(int step) {
+  const fa::StepInfo* s = fa::find_step(step);
+  if (!s) return -FA_ERROR_INVALID;
+  return s->backward ? 1 : 0;
+}
+
+int fa_backward(int step, const fa_backward_params* p, void* stream, char* err, size_t err_len) {
+  try {
+    fa::BackwardParams params;
+    if (std::string why = convert_backward(p, params); !why.empty()) return fail(err, err_len, FA_ERROR_INVALID, why);
+    const fa::StepInfo* info = nullptr;
+    if (step == FA_STEP_AUTO) {
+      // The highest-numbered step with a backward that accepts the call.
+      fa::Status last = fa::Status::Unsupported("no registered step has a backward");
+      for (auto it = fa::steps().rbegin(); it != fa::steps().rend() && !info; ++it)
+        if (it->backward) {
+          last = fa::validate_backward(params, it->caps);
+          if (last.ok()) info = &*it;
+        }
+      if (!info) return fail(err, err_len, FA_ERROR_UNSUPPORTED, last.message());
+    } else {
+      std::string why;
+      info = lookup(step, why);
+      if (!info) return fail(err, err_len, FA_ERROR_INVALID, why);
+      if (!info->backward)
+        return fail(err, err_len, FA_ERROR_UNSUPPORTED,
+                    "step " + std::to_string(step) + " has no backward (fa_step_has_backward says which do)");
+    }
+    fa::Status st = info->backward(params, static_cast<cudaStream_t>(stream));
+    if (!st.ok()) return fail(err, err_len, st.unsupported() ? FA_ERROR_UNSUPPORTED : FA_ERROR_RUNTIME, st.message());
+    write_message(err, err_len, "");
+    return FA_OK;
+  } catch (const std::exception& e) {
+    return fail(err, err_len, FA_ERROR_RUNTIME, e.what());
+  } catch (...) {
+    return fail(err, err_len, FA_ERROR_RUNTIME, "unknown exception");
+  }
+}
 
 int fa_api_version(void) {
   return FA_C_API_VERSION;

@@ -181,6 +181,48 @@ FA_CAPI_EXPORT int fa_forward(int step, const fa_attention_params* p, void* stre
 /// refusal of the most general one, step 00).
 FA_CAPI_EXPORT int fa_choose_step(const fa_attention_params* p, int* step, char* err, size_t err_len);
 
+/// @brief Index of a tensor in `fa_backward_params::strides`.
+enum {
+  FA_TENSOR_DO = 0,  ///< dL/dO, (B, H_q, N_q, D)
+  FA_TENSOR_DQ = 1,  ///< dL/dQ, (B, H_q, N_q, D)
+  FA_TENSOR_DK = 2,  ///< dL/dK, (B, H_kv, N_kv, D)
+  FA_TENSOR_DV = 3,  ///< dL/dV, (B, H_kv, N_kv, D)
+};
+
+/// @brief One backward attention call; the C mirror of `fa::BackwardParams`.
+///
+/// `fwd` is the forward call as it was made, with its output `o` and its `lse` (required: the
+/// backward recomputes P from it); they are read, not written. dQ, dK and dV are written; with
+/// H_kv < H_q, dK and dV are sums over the query heads that share a KV head. The backward allocates
+/// nothing: `workspace` is device memory of at least `fa_backward_workspace_size(&fwd)` bytes,
+/// 16-byte aligned. Zero-fill the struct and set both `struct_size` fields.
+typedef struct fa_backward_params {
+  size_t struct_size;       ///< `sizeof(fa_backward_params)` as the caller compiled it
+  fa_attention_params fwd;  ///< the forward call (its own struct_size set too)
+  const void* d_o;          ///< device pointer to dL/dO
+  void* dq;                 ///< device pointer to dL/dQ (written)
+  void* dk;                 ///< device pointer to dL/dK (written)
+  void* dv;                 ///< device pointer to dL/dV (written)
+  int64_t strides[4][4];    ///< `strides[FA_TENSOR_DO .. FA_TENSOR_DV][FA_AXIS_*]`, in elements
+  void* workspace;          ///< device scratch memory, see fa_backward_workspace_size
+  size_t workspace_bytes;   ///< its size in bytes
+  int64_t reserved[8];      ///< must be zero
+} fa_backward_params;
+
+/// @brief The scratch memory (bytes) a backward call on `p`'s sizes needs: dQ's fp32 accumulator
+/// and D = rowsum(dO∘O), O(B·H_q·N_q·D). Writes 0 and returns FA_ERROR_INVALID for a malformed `p`.
+FA_CAPI_EXPORT int fa_backward_workspace_size(const fa_attention_params* p, size_t* bytes, char* err, size_t err_len);
+
+/// @brief 1 when step `step` (its number) has a backward, 0 when it has not; FA_ERROR_INVALID
+/// (negative: -FA_ERROR_INVALID) for an unknown step.
+FA_CAPI_EXPORT int fa_step_has_backward(int step);
+
+/// @brief Runs the backward of step `step` (a step with a backward; FA_STEP_AUTO: the library's
+/// choice, the highest-numbered step with a backward that accepts the call) asynchronously on
+/// `stream`. Validation (`fa::validate_backward`) comes first; a refused call writes nothing.
+/// @return 0; or FA_ERROR_INVALID, FA_ERROR_UNSUPPORTED or FA_ERROR_RUNTIME with a message.
+FA_CAPI_EXPORT int fa_backward(int step, const fa_backward_params* p, void* stream, char* err, size_t err_len);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

@@ -342,3 +342,77 @@ TEST(CApi, AcceptsBroadcastInputsAndAnyStrideOnSizeOneDims) {
 }
 
 }  // namespace
+
+namespace fa {
+namespace {
+
+fa_backward_params valid_backward(int64_t head_dim = 64) {
+  fa_backward_params b;
+  std::memset(&b, 0, sizeof b);
+  b.struct_size = sizeof b;
+  b.fwd = valid_params(head_dim);
+  b.fwd.lse = static_cast<float*>(stand_in(5));
+  b.d_o = stand_in(6);
+  b.dq = stand_in(7);
+  b.dk = stand_in(8);
+  b.dv = stand_in(9);
+  for (int t = 0; t < 4; ++t)
+    for (int a = 0; a < 4; ++a) b.strides[t][a] = b.fwd.strides[FA_TENSOR_Q][a];
+  b.workspace = stand_in(10);
+  EXPECT_EQ(fa_backward_workspace_size(&b.fwd, &b.workspace_bytes, nullptr, 0), FA_OK);
+  return b;
+}
+
+// The workspace: dQ's fp32 accumulator and D, each rounded up to 256 bytes.
+TEST(CApiBackward, WorkspaceSizeIsTheLibrarys) {
+  const fa_attention_params p = valid_params();
+  size_t bytes = 1;
+  char err[256] = "stale";
+  ASSERT_EQ(fa_backward_workspace_size(&p, &bytes, err, sizeof err), FA_OK) << err;
+  EXPECT_STREQ(err, "");
+  const size_t rows = 2 * 4 * 128;
+  EXPECT_EQ(bytes, rows * 64 * 4 + rows * 4);
+  EXPECT_EQ(fa_backward_workspace_size(nullptr, &bytes, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_EQ(bytes, 0u);
+  fa_attention_params bad = valid_params();
+  bad.seqlen_q = 0;
+  EXPECT_EQ(fa_backward_workspace_size(&bad, &bytes, err, sizeof err), FA_ERROR_INVALID);
+}
+
+TEST(CApiBackward, WhichStepsHaveABackward) {
+  EXPECT_EQ(fa_step_has_backward(17), 1);
+  EXPECT_EQ(fa_step_has_backward(10), 0);
+  EXPECT_EQ(fa_step_has_backward(101), 0);
+  EXPECT_LT(fa_step_has_backward(999), 0);
+}
+
+// Refusals need no GPU: each is made before anything launches, and says why.
+TEST(CApiBackward, RefusesMalformedAndUnsupportedCalls) {
+  char err[512];
+  EXPECT_EQ(fa_backward(17, nullptr, nullptr, err, sizeof err), FA_ERROR_INVALID);
+  fa_backward_params b = valid_backward();
+  b.struct_size -= 8;
+  EXPECT_EQ(fa_backward(17, &b, nullptr, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("sizeof(fa_backward_params)"), std::string::npos) << err;
+  b = valid_backward();
+  b.reserved[3] = 1;
+  EXPECT_EQ(fa_backward(17, &b, nullptr, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("reserved[3]"), std::string::npos) << err;
+  b = valid_backward();
+  EXPECT_EQ(fa_backward(10, &b, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("step 10 has no backward"), std::string::npos) << err;
+  EXPECT_EQ(fa_backward(999, &b, nullptr, err, sizeof err), FA_ERROR_INVALID);
+  b.fwd.lse = nullptr;
+  EXPECT_EQ(fa_backward(17, &b, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("needs the forward's LSE"), std::string::npos) << err;
+  b = valid_backward();
+  b.workspace_bytes -= 1;
+  EXPECT_EQ(fa_backward(FA_STEP_AUTO, &b, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("needs a workspace of"), std::string::npos) << err;
+  fa_backward_params d96 = valid_backward(96);
+  EXPECT_EQ(fa_backward(FA_STEP_AUTO, &d96, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("head dim 96 is not supported"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace fa
