@@ -147,6 +147,10 @@ std::string convert_backward(const fa_backward_params* c, fa::BackwardParams& p)
 
 extern "C" {
 
+size_t fa_backward_params_size(void) {
+  return sizeof(fa_backward_params);
+}
+
 int fa_backward_workspace_size(const fa_attention_params* p, size_t* bytes, char* err, size_t err_len) {
   try {
     if (bytes) *bytes = 0;

@@ -209,6 +209,9 @@ typedef struct fa_backward_params {
   int64_t reserved[8];      ///< must be zero
 } fa_backward_params;
 
+/// @brief `sizeof(fa_backward_params)` in the loaded library, to check a foreign struct layout.
+FA_CAPI_EXPORT size_t fa_backward_params_size(void);
+
 /// @brief The scratch memory (bytes) a backward call on `p`'s sizes needs: dQ's fp32 accumulator
 /// and D = rowsum(dO∘O), O(B·H_q·N_q·D). Writes 0 and returns FA_ERROR_INVALID for a malformed `p`.
 FA_CAPI_EXPORT int fa_backward_workspace_size(const fa_attention_params* p, size_t* bytes, char* err, size_t err_len);

@@ -66,6 +66,19 @@ class Params(ctypes.Structure):
     ]
 
 
+class BackwardParams(ctypes.Structure):
+    """fa_backward_params, field for field (its size is checked against the library's)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("fwd", Params),
+        ("d_o", ctypes.c_void_p), ("dq", ctypes.c_void_p), ("dk", ctypes.c_void_p), ("dv", ctypes.c_void_p),
+        ("strides", (ctypes.c_int64 * 4) * 4),
+        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
+        ("reserved", ctypes.c_int64 * 8),
+    ]
+
+
 @dataclass(frozen=True)
 class Step:
     """One registered step: steps/NN_name and its one-line lesson."""
@@ -114,12 +127,21 @@ def lib() -> ctypes.CDLL:
                                   ctypes.c_size_t]
     handle.fa_choose_step.argtypes = [ctypes.POINTER(Params), ctypes.POINTER(ctypes.c_int), ctypes.c_char_p,
                                       ctypes.c_size_t]
+    handle.fa_backward_workspace_size.argtypes = [ctypes.POINTER(Params), ctypes.POINTER(ctypes.c_size_t),
+                                                  ctypes.c_char_p, ctypes.c_size_t]
+    handle.fa_step_has_backward.argtypes = [ctypes.c_int]
+    handle.fa_backward_params_size.restype = ctypes.c_size_t
+    handle.fa_backward.argtypes = [ctypes.c_int, ctypes.POINTER(BackwardParams), ctypes.c_void_p, ctypes.c_char_p,
+                                   ctypes.c_size_t]
     if handle.fa_api_version() != API_VERSION:
         raise OSError(f"fa_course: {path} has C interface version {handle.fa_api_version()}, "
                       f"this module expects {API_VERSION}")
     if handle.fa_attention_params_size() != ctypes.sizeof(Params):
         raise OSError(f"fa_course: {path} has a {handle.fa_attention_params_size()}-byte fa_attention_params, "
                       f"this module a {ctypes.sizeof(Params)}-byte one")
+    if handle.fa_backward_params_size() != ctypes.sizeof(BackwardParams):
+        raise OSError(f"fa_course: {path} has a {handle.fa_backward_params_size()}-byte fa_backward_params, "
+                      f"this module a {ctypes.sizeof(BackwardParams)}-byte one")
     _lib = handle
     return _lib
 
@@ -193,5 +215,47 @@ def forward(step: int, p: Params, stream: int) -> None:
     default stream). Raises the library's error; asynchronous like any launch."""
     err = ctypes.create_string_buffer(_ERR_LEN)
     code = lib().fa_forward(step, ctypes.byref(p), ctypes.c_void_p(stream or None), err, _ERR_LEN)
+    if code != OK:
+        raise error_for(code, err.value.decode(errors="replace"))
+
+
+def backward_workspace_size(p: Params) -> int:
+    """Bytes of device scratch memory a backward call on `p`'s sizes needs (dQ's fp32 accumulator and D)."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    size = ctypes.c_size_t(0)
+    code = lib().fa_backward_workspace_size(ctypes.byref(p), ctypes.byref(size), err, _ERR_LEN)
+    if code != OK:
+        raise error_for(code, err.value.decode(errors="replace"))
+    return size.value
+
+
+def has_backward(step: int) -> bool:
+    """Whether step `step` has a backward (raises InvalidCallError for an unknown step)."""
+    r = lib().fa_step_has_backward(step)
+    if r < 0:
+        raise InvalidCallError(ERROR_INVALID, f"unknown step {step}")
+    return r == 1
+
+
+def make_backward_params(fwd: Params, *, d_o: int, dq: int, dk: int, dv: int, strides: Sequence[Sequence[int]],
+                         workspace: int, workspace_bytes: int) -> BackwardParams:
+    """A filled fa_backward_params: the forward call `fwd` (with its o and lse), the gradients' device
+    pointers as integers, strides[tensor][axis] for dO, dQ, dK, dV, and the workspace."""
+    b = BackwardParams()  # zeroed, `reserved` included
+    b.struct_size = ctypes.sizeof(BackwardParams)
+    b.fwd = fwd
+    b.d_o, b.dq, b.dk, b.dv = d_o or None, dq or None, dk or None, dv or None
+    for t in range(4):
+        for a in range(4):
+            b.strides[t][a] = int(strides[t][a])
+    b.workspace, b.workspace_bytes = workspace or None, int(workspace_bytes)
+    return b
+
+
+def backward(step: int, b: BackwardParams, stream: int) -> None:
+    """Queues step `step`'s backward (STEP_AUTO: the library's choice) on the CUDA stream `stream`.
+    Raises the library's error; asynchronous like any launch."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().fa_backward(step, ctypes.byref(b), ctypes.c_void_p(stream or None), err, _ERR_LEN)
     if code != OK:
         raise error_for(code, err.value.decode(errors="replace"))

@@ -168,3 +168,44 @@ def test_the_librarys_choice_is_the_fastest_step_that_accepts():
     assert _capi.describe(_capi.STEP_AUTO, p).startswith(f"step {max(accepted)}: ")
     with pytest.raises(_capi.UnsupportedInputError, match="head dim 96"):
         _capi.choose(params(head_dim=96))
+
+
+def backward_params(head_dim=64, workspace_bytes=None, **kw):
+    fwd = params(head_dim=head_dim, lse=stand_in(5), **kw)
+    contiguous = [list(fwd.strides[0]), list(fwd.strides[0]), list(fwd.strides[1]), list(fwd.strides[1])]
+    size = _capi.backward_workspace_size(fwd) if workspace_bytes is None else workspace_bytes
+    return _capi.make_backward_params(fwd, d_o=stand_in(6), dq=stand_in(7), dk=stand_in(8), dv=stand_in(9),
+                                      strides=contiguous, workspace=stand_in(10), workspace_bytes=size)
+
+
+def test_backward_struct_layout_and_workspace():
+    assert _capi.lib().fa_backward_params_size() == ctypes.sizeof(_capi.BackwardParams)
+    rows = 2 * 4 * 128
+    assert _capi.backward_workspace_size(params()) == rows * 64 * 4 + rows * 4  # dQ in fp32, and D
+    with pytest.raises(_capi.InvalidCallError):
+        _capi.backward_workspace_size(params(n_q=0))
+
+
+def test_which_steps_have_a_backward():
+    have = [s.number for s in _capi.steps() if _capi.has_backward(s.number)]
+    assert 17 in have and 10 not in have and 101 not in have
+    with pytest.raises(_capi.InvalidCallError):
+        _capi.has_backward(999)
+
+
+def test_backward_refusals_say_why_and_launch_nothing():
+    with pytest.raises(_capi.UnsupportedInputError, match="step 10 has no backward"):
+        _capi.backward(10, backward_params(), 0)
+    b = backward_params()
+    b.fwd.lse = None
+    with pytest.raises(_capi.UnsupportedInputError, match="needs the forward's LSE"):
+        _capi.backward(17, b, 0)
+    small = _capi.backward_workspace_size(params()) - 1
+    with pytest.raises(_capi.UnsupportedInputError, match="needs a workspace of"):
+        _capi.backward(_capi.STEP_AUTO, backward_params(workspace_bytes=small), 0)
+    with pytest.raises(_capi.UnsupportedInputError, match="head dim 96"):
+        _capi.backward(_capi.STEP_AUTO, backward_params(head_dim=96), 0)
+    b = backward_params()
+    b.reserved[0] = 1
+    with pytest.raises(_capi.InvalidCallError, match="reserved"):
+        _capi.backward(17, b, 0)
