@@ -11,6 +11,7 @@ the bf16 GEMM and copy ceilings, checked against an fp32 reference and timed the
     python3 scripts/compare.py --fa2 build/fa2 --baseline old=/tmp/old/build/fa2:7
     python3 scripts/compare.py --from-csv docs/results/compare_<gpu>.csv [--pair step07@old,step08]
     python3 scripts/compare.py --selftest-fake-data --fa2 build/fa2     # no GPU, no torch
+    python3 scripts/compare.py --fa2 build/fa2 --steps 17 --direction fwd,bwd   # the backward too
 """
 import argparse
 import datetime
@@ -28,7 +29,8 @@ import write_report as report  # noqa: E402
 ROOT = report.ROOT
 GEMM_N, COPY_BYTES, REF_CHUNK_BYTES = 8192, 1 << 30, 1 << 30
 SWEEP = ["steps", "n", "d", "b", "h", "tokens", "hidden", "iters", "warmup", "repeats", "slow_steps", "slow_max_n",
-         "max_ms_per_point", "point_budget_ms", "quick", "causal_only", "no_causal", "no_seed_shape"]
+         "max_ms_per_point", "point_budget_ms", "direction", "quick", "causal_only", "no_causal", "no_seed_shape"]
+BWD_MAX_REL_NORM = 1e-2  # a backward's dQ, dK, dV against the fp32 backward: ‖g − ref‖/‖ref‖ (step 17's test limit)
 BENCH_KEYS = ("repeat", "median_ms", "min_ms", "max_ms", "iters", "tflops", "max_abs_err", "rel_err", "config")
 
 
@@ -60,10 +62,11 @@ def row(pid, label, kind, s, meta, **kw):
     return dict(r, **kw)
 
 
-def step_row(n, tag, names, s, meta, **kw):
-    """Step n's row: provider stepNN[@TAG], label NN_name[ @TAG]."""
+def step_row(n, tag, names, s, meta, bwd=False, **kw):
+    """Step n's row: provider stepNN[@TAG][_bwd], label NN_name[ @TAG][ backward]."""
     at = f"@{tag}" if tag else ""
-    return row(f"step{n:02d}{at}", f"{n:02d}_{names.get(n, '?')} {at}".rstrip(), "step", s, meta, step=n, **kw)
+    return row(f"step{n:02d}{at}" + report.BWD * bwd, f"{n:02d}_{names.get(n, '?')} {at}".rstrip() + " backward" * bwd,
+               "step", s, meta, step=n, direction="bwd" if bwd else "fwd", **kw)
 
 
 def not_run_rows(s, names, meta):
@@ -72,27 +75,27 @@ def not_run_rows(s, names, meta):
             for nr in s["not_run"]]
 
 
-def bench_rows(path, rc, err, steps, s, tag, names, meta):
+def bench_rows(path, rc, err, steps, s, tag, names, meta, bwd=False):
     """One shape's rows of a `fa2 bench --csv` file; after a failed run, an error row for each step missing there."""
     got = report.read_csv(path) if os.path.exists(path) else []
     names = {**names, **{int(b["step"]): b["name"] for b in got if b.get("name")}}
-    out = [step_row(int(b["step"]), tag, names, s, meta, status=b.get("status") or "ok", note=b.get("note", ""),
-                    **{k: b.get(k, "") for k in BENCH_KEYS}) for b in got]
+    out = [step_row(int(b["step"]), tag, names, s, meta, bwd=b.get("direction") == "bwd", status=b.get("status") or "ok",
+                    note=b.get("note", ""), **{k: b.get(k, "") for k in BENCH_KEYS}) for b in got]
     seen, msg = {int(b["step"]) for b in got}, (err.strip().splitlines() or ["?"])[-1]
-    return out + [step_row(n, tag, names, s, meta, repeat=0, status="error", note=f"error: fa2 bench exited with {rc}: "
-                           f"{msg}") for n in steps if rc and n not in seen], got
+    return out + [step_row(n, tag, names, s, meta, bwd=bwd, repeat=0, status="error",
+                           note=f"error: fa2 bench exited with {rc}: {msg}") for n in steps if rc and n not in seen], got
 
 
-def run_bench(fa2, steps, s, t, tag, names, meta):
+def run_bench(fa2, steps, s, t, tag, names, meta, bwd=False):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "bench.csv")
         cmd = [fa2, "bench", "--steps", ",".join(map(str, steps)), "--csv", path, "--b", s["B"], "--h", s["H"],
                "--n", s["N"], "--d", s["D"], "--causal-only" if s["causal"] else "--no-causal", "--repeats",
                t["repeats"], "--iters", t["iters"], "--warmup", t["warmup"], "--slow-max-n", t["slow_max_n"],
                "--slow-steps", ",".join(map(str, t["slow_steps"])), "--max-ms-per-point", t["max_ms_per_point"],
-               "--point-budget-ms", t["point_budget_ms"]]
+               "--point-budget-ms", t["point_budget_ms"], "--direction", "bwd" if bwd else "fwd"]
         r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-        return bench_rows(path, r.returncode, r.stderr, steps, s, tag, names, meta)
+        return bench_rows(path, r.returncode, r.stderr, steps, s, tag, names, meta, bwd)
 
 
 class Torch:
@@ -206,6 +209,71 @@ class Torch:
                                  tflops=s["flops"] / (med * 1e-3) / 1e12))
         return rows
 
+    def reference_bwd(self, q, k, v, d_o, causal):
+        """dQ, dK, dV in fp32 from the upcast inputs, head by head (an N×N fp32 matrix at a time), TF32 off."""
+        torch = self.torch
+        B, H, N, D = q.shape
+        c, grads = 1.0 / math.sqrt(D), [torch.empty(q.shape, device="cuda") for _ in range(3)]
+        saved = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")
+        keep = torch.ones(N, N, dtype=torch.bool, device="cuda").tril() if causal else None
+        for b in range(B):
+            for h in range(H):
+                qf, kf, vf, of = (t[b, h].float() for t in (q, k, v, d_o))
+                s_ = (qf @ kf.T) * c
+                if causal:
+                    s_.masked_fill_(~keep, -math.inf)
+                p = torch.softmax(s_, -1)
+                ds = p * (of @ vf.T - (of * (p @ vf)).sum(-1, keepdim=True))  # P ∘ (dP − rowsum(dO ∘ O))
+                grads[0][b, h], grads[1][b, h], grads[2][b, h] = c * ds @ kf, c * ds.T @ qf, p.T @ of
+        torch.set_float32_matmul_precision(saved)
+        return grads
+
+    def measure_bwd(self, si, s, skip, meta):
+        """SDPA flash's and cuDNN's backward: dQ, dK, dV checked against the fp32 backward, then the backward
+        alone timed (torch.autograd.grad on a kept graph), FLOPs 2.5× the forward's."""
+        torch, rows, ready = self.torch, [], []
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        gen = torch.Generator(device="cuda").manual_seed(4321 + si)
+        q, k, v, d_o = (torch.randn((s["B"], s["H"], s["N"], s["D"]), device="cuda", dtype=torch.bfloat16,
+                                    generator=gen) for _ in range(4))
+        ref = self.reference_bwd(q, k, v, d_o, s["causal"])
+        norm = torch.linalg.vector_norm
+        for pid, label in report.REFS_BWD:
+            base = pid[:-len(report.BWD)]
+            if base in skip or pid in skip:
+                continue
+            r = row(pid, label, "sdpa", s, meta, repeat=0, direction="bwd", config=f"sdpa_kernel({base[5:]}) backward")
+            backend = getattr(SDPBackend, {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION"}[base])
+            try:
+                qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                with sdpa_kernel([backend]):
+                    out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=s["causal"])
+                fn = lambda out=out, inputs=(qg, kg, vg): torch.autograd.grad(out, inputs, d_o, retain_graph=True)
+                grads = fn()
+                torch.cuda.synchronize()
+            except Exception as e:
+                rows.append(dict(r, status="unsupported", note="unavailable: " + (str(e).strip().splitlines() or
+                                                                                  [type(e).__name__])[0]))
+                continue
+            rels = [float(norm(torch.nan_to_num(g.float() - want, 0, 0, 0)) / norm(want).clamp_min(1e-30))
+                    for g, want in zip(grads, ref)]
+            finite = all(bool(torch.isfinite(g).all()) for g in grads)
+            err = max(float((g.float() - want).abs().max()) for g, want in zip(grads, ref))
+            r.update(max_abs_err=err, rel_err=max(rels))
+            if finite and max(rels) <= BWD_MAX_REL_NORM:
+                ready.append((r, fn))
+            else:
+                rows.append(dict(r, status="fail", note="FAILED check: dQ, dK, dV relative norms " +
+                                 ", ".join(f"{x:.2e}" for x in rels) + ("" if finite else "; NaN/Inf")))
+        for rep in range(self.t["repeats"]):
+            for r, fn in ready:
+                med, lo, hi = self.time(fn)
+                rows.append(dict(r, repeat=rep, status="ok", median_ms=med, min_ms=lo, max_ms=hi, iters=self.t["iters"],
+                                 tflops=2.5 * s["flops"] / (med * 1e-3) / 1e12))
+        return rows
+
     def ceilings(self, meta):
         torch, rows = self.torch, []
         a, b, c = (torch.randn(GEMM_N, GEMM_N, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -305,7 +373,13 @@ def run_gpu(args, fa2, plan, argv):
                     rows, raw = rows + got, raw + [dict(b, family=s["family"]) for b in bench]
             for tag, path, steps in baselines:
                 rows += run_bench(path, steps, s, plan["timing"], tag, names, meta)[0]
-            rows += T.measure(si, s, skip, triton, package, meta)
+            if s.get("run") or "fwd" in (args.direction or "fwd"):
+                rows += T.measure(si, s, skip, triton, package, meta)
+            if "bwd" in (args.direction or ""):
+                if args.steps != "none" and s.get("run_bwd"):
+                    got, bench = run_bench(fa2, s["run_bwd"], s, plan["timing"], "", names, meta, bwd=True)
+                    rows, raw = rows + got, raw + [dict(b, family=s["family"]) for b in bench]
+                rows += T.measure_bwd(si, s, skip, meta)
     finally:
         sampler.terminate()
         meta["sm_clock"] = report.clock_summary(clocks.name)
@@ -344,13 +418,24 @@ def fake_rows(plan, meta, tmp):
             rows += [row(pid, label, "sdpa", s, meta, repeat=rep, status="fail" if fail else "ok", tflops=tf,
                          median_ms=s["flops"] / tf / 1e9, max_abs_err=3e-3, note="FAILED check: fake" * fail)
                      for rep in range(2)]
+        if s.get("run_bwd"):  # the backward: its steps through fa2 bench's CSV, SDPA's through torch
+            path = os.path.join(tmp, f"{si}bwd.csv")
+            fake = [dict(step=n, name=names[n], repeat=rep, status="ok", tflops=100.0, median_ms=2.5 * s["flops"] / 1e14,
+                         direction="bwd", config="BLOCK_M=32 BLOCK_N=64") for n in s["run_bwd"] for rep in range(2)]
+            report.write_csv(fake, path, list(fake[0]))
+            rows += bench_rows(path, 0, "", s["run_bwd"], s, "", names, meta, bwd=True)[0]
+            rows += [row(pid, label, "sdpa", s, meta, repeat=rep, status="ok", tflops=200.0 + 100 * i, direction="bwd",
+                         median_ms=2.5 * s["flops"] / (200.0 + 100 * i) / 1e9, max_abs_err=4e-3)
+                     for i, (pid, label) in enumerate(report.REFS_BWD) for rep in range(2)]
     return rows
 
 
 def selftest(args, fa2):
     """Every report from made-up numbers and logs, on the real plan of `fa2 bench --list --json` (no GPU)."""
-    plan = fa2_plan(fa2, sweep_args(args))
+    # With the backward too, when the build has a step with one: its rows and ratio tables are checked below.
+    plan = fa2_plan(fa2, sweep_args(args) + ([] if args.direction else ["--direction", "fwd,bwd"]))
     problems = [f"{k} missing from the plan" for k in ("tolerance", "timing", "steps", "shapes") if k not in plan]
+    backward = any(s.get("run_bwd") for s in plan.get("shapes", []))
     for s in plan.get("shapes", []):
         pairs = s["N"] * (s["N"] + 1) // 2 if s["causal"] else s["N"] ** 2
         problems += [] if s["flops"] == 4 * s["B"] * s["H"] * s["D"] * pairs else [f"FLOPs of {s}"]
@@ -366,6 +451,9 @@ def selftest(args, fa2):
     problems += expect(md, ["SDPA cuDNN", "Triton FA2 (seed)", "fa_course.attention (package, step=None)", "07_lse_store @old", "**FAIL**", "**ERROR**", "n/a",
                             "seeds' shape", "÷ SDPA flash / ÷ SDPA cuDNN", "gemm_bf16", "spread between repeats",
                             "exited with 1: boom", f"‖/‖ref‖ ≤ {plan['tolerance']['o']['max_rel_norm']:g},"], "report")
+    if backward:
+        problems += expect(md, ["Attention forward and backward", "SDPA flash backward", "17_backward_mma backward",
+                                "a backward over theirs", "0.50 / 0.33"], "report (backward)")
     problems += expect(text, [report.MARK_BEGIN + "\nbf16 forward", "00_naive", report.MARK_END + "\n## After"] +
                        ["_tflops.png)"] * ("matplotlib" in sys.modules), "README")
     problems += ["README block not replaced"] * ("old table" in text)

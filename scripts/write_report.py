@@ -15,9 +15,13 @@ from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLUMNS = ("provider,label,kind,step,family,B,H,N_q,N_kv,D,causal,repeat,status,median_ms,min_ms,max_ms,iters,tflops,"
-           "gbps,max_abs_err,rel_err,config,note,gpu,commit,date").split(",")
+           "gbps,max_abs_err,rel_err,config,note,gpu,commit,date,direction").split(",")
 REFS = [("sdpa_flash", "SDPA flash"), ("sdpa_cudnn", "SDPA cuDNN"), ("sdpa_efficient", "SDPA efficient"),
         ("triton_fa2", "Triton FA2 (seed)"), ("fa_course", "fa_course.attention (package, step=None)")]
+# The backward's providers: a forward provider's pid with BWD appended (step17_bwd, sdpa_flash_bwd), FLOPs 2.5× the
+# forward's; a backward step is compared with the backward of SDPA flash and cuDNN.
+BWD = "_bwd"
+REFS_BWD = [("sdpa_flash" + BWD, "SDPA flash backward"), ("sdpa_cudnn" + BWD, "SDPA cuDNN backward")]
 MARK_BEGIN, MARK_END, FAILED = "<!-- results:begin -->", "<!-- results:end -->", ("fail", "error")
 
 
@@ -91,7 +95,8 @@ class Results:
                           spread=(max(pt["ms"]) - min(pt["ms"])) / min(pt["ms"]))
         self.labels = {p["provider"]: p["label"] for p in self.points.values()}
         self.steps = sorted((p for p in self.labels if p.startswith("step")), key=lambda p: (int(p[4:6]), p))
-        self.providers = self.steps + [pid for pid, _ in REFS if pid in self.labels]
+        self.providers = self.steps + [pid for pid, _ in REFS + REFS_BWD if pid in self.labels]
+        self.backward = any(p.endswith(BWD) for p in self.labels)
         ceil = lambda pid, f: statistics.median([float(r[f]) for r in rows if r["provider"] == pid
                                                  and r["status"] == "ok"] or [0]) or None
         self.gemm, self.copy = ceil("gemm_bf16", "tflops"), ceil("copy_d2d", "gbps")
@@ -132,10 +137,13 @@ def tflops_tables(res, shapes, headers):
                     or [0]) for s in shapes]
         L.insert(-1, "| *% of bf16 GEMM, best provider* | " + " | ".join(f"{100 * b / res.gemm:.0f}%" if b else "—"
                                                                       for b in best) + " |")
-    if res.steps and any(res.get(r, *s) for s in shapes for r in ("sdpa_flash", "sdpa_cudnn")):
-        L += ["Each step relative to the production kernels: TFLOP/s ÷ SDPA flash / ÷ SDPA cuDNN (1.00 = as fast).", ""]
+    refs = lambda p: ("sdpa_flash", "sdpa_cudnn") if not p.endswith(BWD) else ("sdpa_flash" + BWD, "sdpa_cudnn" + BWD)
+    if res.steps and any(res.get(r, *s) for s in shapes for p in res.steps for r in refs(p)):
+        L += ["Each step relative to the production kernels: TFLOP/s ÷ SDPA flash / ÷ SDPA cuDNN (1.00 = as fast; a "
+              "backward over theirs)." if res.backward else
+              "Each step relative to the production kernels: TFLOP/s ÷ SDPA flash / ÷ SDPA cuDNN (1.00 = as fast).", ""]
         L += table(["step"] + headers, [[res.labels[p]] + [
-            f"{ratio(res.get(p, *s), res.get('sdpa_flash', *s))} / {ratio(res.get(p, *s), res.get('sdpa_cudnn', *s))}"
+            f"{ratio(res.get(p, *s), res.get(refs(p)[0], *s))} / {ratio(res.get(p, *s), res.get(refs(p)[1], *s))}"
             for s in shapes] for p in res.steps])
     return L
 
@@ -143,7 +151,8 @@ def tflops_tables(res, shapes, headers):
 def compare_markdown(res, meta, plots):
     t, tol, g = meta["timing"], meta["tolerance"], lambda k: meta.get(k, "?")
     spreads = sorted((pt["spread"], pt["label"], k[1:]) for k, pt in res.points.items() if "spread" in pt)
-    L = [f"# Attention forward: course steps vs PyTorch SDPA and Triton — {meta['gpu']}", ""] + table(["", ""], [
+    title = "Attention forward and backward" if res.backward else "Attention forward"
+    L = [f"# {title}: course steps vs PyTorch SDPA and Triton — {meta['gpu']}", ""] + table(["", ""], [
         ["GPU", f"{meta['gpu']}, {g('sms')} SMs, max SM clock {g('max_sm_clock')} MHz"],
         ["SM clock while the kernels ran", meta.get("sm_clock") or "not sampled"],
         ["driver / CUDA (torch) / cuDNN", f"{g('driver')} / {g('cuda')} / {g('cudnn')}"],
@@ -167,7 +176,10 @@ def compare_markdown(res, meta, plots):
           f"- device-to-device copy of 1 GiB: **{res.copy or 0:.0f} GB/s** read + write (CSV rows "
           "`provider = copy_d2d`).", "",
           "FLOPs per point (from `fa2 bench --list --json`, harness/flops.h): 4·B·H·D per visible (query, key) "
-          "pair, counting only the pairs the causal mask lets through. TFLOP/s = FLOPs / median time.", ""]
+          "pair, counting only the pairs the causal mask lets through. TFLOP/s = FLOPs / median time." +
+          (" A backward counts 2.5× its forward's FLOPs (five matmuls to the forward's two), as flash-attention "
+           "counts them; its rows (`direction = bwd`) are checked against an fp32 backward by the course's own tests "
+           "(steps) or here (SDPA: dQ, dK, dV)." if res.backward else ""), ""]
     if res.groups():
         L += [f"## TFLOP/s, B·N = {meta.get('tokens', 16384) // 1024}k tokens, H·D = {meta.get('hidden', 2048)}"
               " (bf16)", ""]
@@ -208,7 +220,7 @@ def readme_block(res, meta, report_rel, plot_rels=()):
     cols = [("16k-tokens",) + next((p for p in pts if p[2] == 4096), pts[-1]) + (D, causal)
             for (D, causal), pts in res.groups().items()] or res.shapes()
     t = meta["timing"]
-    L = [f"bf16 forward, TFLOP/s, on {meta['gpu']} (commit `{meta['commit']}`, {meta['date']}); "
+    L = [f"bf16 forward{' and backward' * res.backward}, TFLOP/s, on {meta['gpu']} (commit `{meta['commit']}`, {meta['date']}); "
          f"{'B·N = 16k tokens, H·D = 2048' if res.groups() else 'custom shapes'}. Full report with every N, the ratios "
          f"to SDPA and the plots: [{report_rel}]({report_rel}).", ""]
     L += table(["provider"] + [shape_text(*s, short=True) for s in cols],
@@ -260,7 +272,8 @@ def write_plot(res, meta, prefix):
         ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
-    fig.suptitle(f"Attention forward, bf16, TFLOP/s — {meta['gpu']}, commit {meta['commit']}")
+    fig.suptitle(f"Attention forward{' and backward' * res.backward}, bf16, TFLOP/s — {meta['gpu']}, "
+                 f"commit {meta['commit']}")
     fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=6, frameon=False)
     fig.tight_layout(rect=(0, 0.06 + 0.025 * (len(handles) // 6), 1, 0.96))
     fig.savefig(path, dpi=110)
