@@ -339,8 +339,7 @@ const Capabilities kCaps = [] {
 }  // namespace
 
 Status forward(const AttentionParams& p, cudaStream_t stream) {
-  if (Status st = validate(p, kCaps); !st.ok()) return st;
-  if (Status st = check_device(kCaps); !st.ok()) return st;  // sm_90a code on a GPU that can run it
+  if (Status st = validate(p, kCaps); !st.ok()) return st;  // its last rule: sm_90a code on a GPU that runs it
   return kTuner.run(p, stream);
 }
 
