@@ -1,6 +1,6 @@
-// What every production kernel's host side shares: the softmax scale in exp2 units, and a tuner
-// entry built from a kernel's Config type. The lessons spell these out in each step; the
-// production kernels take them from here.
+// What every production kernel's host side shares: the head dims this build compiles, the softmax
+// scale in exp2 units, and the tuner's configuration list built from a kernel's Config types. The
+// lessons spell these out in each step; the production kernels take them from here.
 #pragma once
 
 #include <cstdint>

@@ -7,7 +7,9 @@
 //   grid(tiles, resident, &dim3)   host: the grid to launch (resident: blocks that fit at once),
 //                                  or an error when the work cannot be numbered;
 //   work(tiles, turn)              device: the block's work tile in its turn-th turn (turn 0 is the
-//                                  first); Work::bh < 0: the block has no more work.
+//                                  first); a Work whose bh lies outside [0, batch_heads) means the
+//                                  block has no (more) work: −1 (persistent, past the last tile)
+//                                  or ≥ batch_heads (grid: a spare block of the last z slice).
 //
 // GridScheduler gives every block one turn (step 10's grid); PersistentScheduler launches as many
 // blocks as run at once and deals the tiles out turn by turn (steps 14–16, device/tiles.h).
