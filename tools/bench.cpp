@@ -30,6 +30,7 @@
 #include "harness/cli.h"
 #include "harness/flops.h"
 #include "harness/gpu.h"
+#include "harness/random.h"
 #include "harness/timer.h"
 #include "fa/registry.h"
 #include "tools/commands.h"
@@ -350,9 +351,15 @@ bool is_out_of_memory(const std::string& message) {
 
 // Times a point: the step's forward (time_step), or its backward on `bp`'s gradients with the
 // forward's O and LSE from `p` (the last forward run on the shape left them there).
-Timing time_point(const Point& pt, const AttentionParams& p, BackwardParams bp, const TimingOptions& opt) {
-  if (!pt.backward) return time_step(*pt.step, p, opt);
+// The shape's backward buffers `bp` on the forward call `p` (whose O and LSE the backward reads).
+BackwardParams with_forward(BackwardParams bp, const AttentionParams& p) {
   bp.fwd = p;
+  return bp;
+}
+
+Timing time_point(const Point& pt, const AttentionParams& p, const BackwardParams& shape_bp, const TimingOptions& opt) {
+  if (!pt.backward) return time_step(*pt.step, p, opt);
+  const BackwardParams bp = with_forward(shape_bp, p);
   const StepInfo& st = *pt.step;
   return time_on_stream(
       [&](cudaStream_t stream) {
@@ -388,13 +395,7 @@ void measure_shape(const Plan& plan, size_t i, std::vector<Point*>& points, Prog
     dv = DeviceBuffer<__nv_bfloat16>(kv_elems);
     workspace = DeviceBuffer<unsigned char>(backward_workspace_bytes(shape_p));
     std::vector<__nv_bfloat16> host(q_elems);
-    uint64_t x = 0x9E3779B97F4A7C15ull + i;  // a splitmix-style sequence: uniform in [-1, 1)
-    for (__nv_bfloat16& e : host) {
-      x += 0x9E3779B97F4A7C15ull;
-      uint64_t z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      e = __float2bfloat16(float(double(z >> 11) / double(1ull << 52)) - 1.0f);
-    }
+    for (size_t e = 0; e < q_elems; ++e) host[e] = __float2bfloat16(normal_at(ps.seed + 1, e));  // harness/random.h
     d_o.upload(host);
     bp.d_o = d_o.get();
     bp.dq = dq.get();
@@ -421,12 +422,7 @@ void measure_shape(const Plan& plan, size_t i, std::vector<Point*>& points, Prog
     } else if (!r.ok()) {
       pt->status = "fail";
       pt->note = "FAILED check: " + r.summary();
-    } else if (Status bs = pt->backward ? st.backward(BackwardParams{p, bp.d_o, bp.dq, bp.dk, bp.dv, bp.do_stride,
-                                                                     bp.dq_stride, bp.dk_stride, bp.dv_stride,
-                                                                     bp.workspace, bp.workspace_bytes},
-                                                      nullptr)
-                                        : Status::Ok();
-               !bs.ok()) {
+    } else if (Status bs = pt->backward ? st.backward(with_forward(bp, p), nullptr) : Status::Ok(); !bs.ok()) {
       pt->status = bs.unsupported() ? "unsupported" : "fail";
       pt->note = "backward: " + bs.message();
     } else if (const double probe = time_point(*pt, p, bp, {0, 1, false}).median_ms;
