@@ -27,9 +27,10 @@ int fail(char* err, size_t err_len, int code, const std::string& msg) {
   return code;
 }
 
-fa::Strides strides_of(const fa_attention_params& c, int tensor) {
-  return fa::Strides{c.strides[tensor][FA_AXIS_BATCH], c.strides[tensor][FA_AXIS_HEAD], c.strides[tensor][FA_AXIS_SEQ],
-                     c.strides[tensor][FA_AXIS_DIM]};
+// Row `tensor` of a C struct's strides[tensor][axis] table.
+fa::Strides strides_of(const int64_t (&strides)[4][4], int tensor) {
+  return fa::Strides{strides[tensor][FA_AXIS_BATCH], strides[tensor][FA_AXIS_HEAD], strides[tensor][FA_AXIS_SEQ],
+                     strides[tensor][FA_AXIS_DIM]};
 }
 
 // C struct → C++ params. Returns an empty string on success, else why the struct is malformed.
@@ -70,10 +71,10 @@ std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
   p.seqlen_q = c->seqlen_q;
   p.seqlen_kv = c->seqlen_kv;
   p.head_dim = c->head_dim;
-  p.q_stride = strides_of(*c, FA_TENSOR_Q);
-  p.k_stride = strides_of(*c, FA_TENSOR_K);
-  p.v_stride = strides_of(*c, FA_TENSOR_V);
-  p.o_stride = strides_of(*c, FA_TENSOR_O);
+  p.q_stride = strides_of(c->strides, FA_TENSOR_Q);
+  p.k_stride = strides_of(c->strides, FA_TENSOR_K);
+  p.v_stride = strides_of(c->strides, FA_TENSOR_V);
+  p.o_stride = strides_of(c->strides, FA_TENSOR_O);
   p.softmax_scale = c->softmax_scale;
   p.causal = c->causal != 0;
   p.causal_align =
@@ -126,18 +127,14 @@ std::string convert_backward(const fa_backward_params* c, fa::BackwardParams& p)
       return "reserved[" + std::to_string(i) + "] is " + std::to_string(c->reserved[i]) +
              "; reserved fields must be zero (zero-fill the struct)";
   if (std::string why = convert(&c->fwd, p.fwd); !why.empty()) return "fwd: " + why;
-  auto strides = [&](int t) {
-    return fa::Strides{c->strides[t][FA_AXIS_BATCH], c->strides[t][FA_AXIS_HEAD], c->strides[t][FA_AXIS_SEQ],
-                       c->strides[t][FA_AXIS_DIM]};
-  };
   p.d_o = c->d_o;
   p.dq = c->dq;
   p.dk = c->dk;
   p.dv = c->dv;
-  p.do_stride = strides(FA_TENSOR_DO);
-  p.dq_stride = strides(FA_TENSOR_DQ);
-  p.dk_stride = strides(FA_TENSOR_DK);
-  p.dv_stride = strides(FA_TENSOR_DV);
+  p.do_stride = strides_of(c->strides, FA_TENSOR_DO);
+  p.dq_stride = strides_of(c->strides, FA_TENSOR_DQ);
+  p.dk_stride = strides_of(c->strides, FA_TENSOR_DK);
+  p.dv_stride = strides_of(c->strides, FA_TENSOR_DV);
   p.workspace = c->workspace;
   p.workspace_bytes = c->workspace_bytes;
   return "";
@@ -178,24 +175,19 @@ int fa_backward(int step, const fa_backward_params* p, void* stream, char* err, 
   try {
     fa::BackwardParams params;
     if (std::string why = convert_backward(p, params); !why.empty()) return fail(err, err_len, FA_ERROR_INVALID, why);
-    const fa::StepInfo* info = nullptr;
     if (step == FA_STEP_AUTO) {
-      // The highest-numbered step with a backward that accepts the call.
-      fa::Status last = fa::Status::Unsupported("no registered step has a backward");
-      for (auto it = fa::steps().rbegin(); it != fa::steps().rend() && !info; ++it)
-        if (it->backward) {
-          last = fa::validate_backward(params, it->caps);
-          if (last.ok()) info = &*it;
-        }
-      if (!info) return fail(err, err_len, FA_ERROR_UNSUPPORTED, last.message());
-    } else {
-      std::string why;
-      info = lookup(step, why);
-      if (!info) return fail(err, err_len, FA_ERROR_INVALID, why);
-      if (!info->backward)
-        return fail(err, err_len, FA_ERROR_UNSUPPORTED,
-                    "step " + std::to_string(step) + " has no backward (fa_step_has_backward says which do)");
+      int ran = -1;
+      fa::Status st = fa::backward_auto(params, static_cast<cudaStream_t>(stream), &ran);
+      if (!st.ok()) return fail(err, err_len, st.unsupported() ? FA_ERROR_UNSUPPORTED : FA_ERROR_RUNTIME, st.message());
+      write_message(err, err_len, "");
+      return FA_OK;
     }
+    std::string why;
+    const fa::StepInfo* info = lookup(step, why);
+    if (!info) return fail(err, err_len, FA_ERROR_INVALID, why);
+    if (!info->backward)
+      return fail(err, err_len, FA_ERROR_UNSUPPORTED,
+                  "step " + std::to_string(step) + " has no backward (fa_step_has_backward says which do)");
     fa::Status st = info->backward(params, static_cast<cudaStream_t>(stream));
     if (!st.ok()) return fail(err, err_len, st.unsupported() ? FA_ERROR_UNSUPPORTED : FA_ERROR_RUNTIME, st.message());
     write_message(err, err_len, "");

@@ -77,13 +77,23 @@ Status choose_step(const AttentionParams& params, int* number) {
 Status forward_auto(const AttentionParams& params, cudaStream_t stream, int* number) {
   Status last = Status::Unsupported("no step is registered");
   for (const StepInfo* s : candidates()) {
-    if (Status st = validate(params, s->caps); !st.ok()) {
-      last = st;
-      continue;
-    }
+    // Every forward validates first, and a refusal (by validation, or at launch when no
+    // configuration fits this GPU's shared memory) writes nothing: the next candidate may run it.
+    // Ok, or a runtime error: done.
     last = s->forward(params, stream);
-    // Ok, or a runtime error: done. A refusal at launch (no configuration fits this GPU's shared
-    // memory) wrote nothing: the next step may run it.
+    if (last.ok() || !last.unsupported()) {
+      *number = s->number;
+      return last;
+    }
+  }
+  return last;  // step 00's refusal: the most general step, whose reason is about the input
+}
+
+Status backward_auto(const BackwardParams& params, cudaStream_t stream, int* number) {
+  Status last = Status::Unsupported("no registered step has a backward");
+  for (const StepInfo* s : candidates()) {
+    if (!s->backward) continue;
+    last = s->backward(params, stream);  // validates first; a refusal writes nothing
     if (last.ok() || !last.unsupported()) {
       *number = s->number;
       return last;

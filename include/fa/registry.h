@@ -83,6 +83,10 @@ Status choose_step(const AttentionParams& params, int* number);
 /// (its configurations do not fit this GPU) hands over to the next. `*number` gets the step that ran.
 Status forward_auto(const AttentionParams& params, cudaStream_t stream, int* number);
 
+/// @brief The backward's library choice: the highest-numbered step with a backward that accepts
+/// `params` runs it; `*number` gets that step. With none: the last refusal.
+Status backward_auto(const BackwardParams& params, cudaStream_t stream, int* number);
+
 /// @brief Runs `forward` of step `number`; an unknown step gives an error `Status`.
 Status run_step(int number, const AttentionParams& params, cudaStream_t stream);
 
