@@ -320,14 +320,7 @@ const tuner::Tuner kTuner(
                       At<128, Config<128, 128, 3, RegisterStore>>{}));  // 2 at 240, O from registers
 
 const Capabilities kCaps = [] {
-  Capabilities c;
-  c.head_dims = built_head_dims({64, 128});
-  c.causal = true;
-  c.lse = true;
-  c.gqa = true;
-  c.tensor_cores = true;
-  c.max_seqlen = kTileMaxSeqlen;            // 32-bit row indices
-  c.max_batch_heads = kTileMaxBatchHeads;   // B·H_q as one 32-bit work-tile counter's factor
+  Capabilities c = forward_caps({64, 128});
   c.only_sm = 90;                           // wgmma: sm_90a code, compute capability 9.0 only
   c.broadcast = false;                      // TMA maps step every dimension: no zero strides
   c.tma = true;                             // 32-bit coordinates, 40-bit byte strides

@@ -206,17 +206,7 @@ const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
                                             At<128, Config<128, 32, 3>>{},  // 32-key tiles: fewer registers
                                             At<128, Config<128, 32, 2>>{}));
 
-const Capabilities kCaps = [] {
-  Capabilities c;
-  c.head_dims = built_head_dims({64, 128});
-  c.causal = true;
-  c.lse = true;
-  c.gqa = true;
-  c.tensor_cores = true;
-  c.max_seqlen = kTileMaxSeqlen;           // 32-bit row indices
-  c.max_batch_heads = kTileMaxBatchHeads;  // B·H_q over the grid's y and z
-  return c;
-}();
+const Capabilities kCaps = forward_caps({64, 128});  // step 10's: nothing beyond the common ones
 
 }  // namespace
 

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "fa/params.h"
+#include "fa/registry.h"
+#include "library/launch_limits.h"
 #include "library/tuner.h"
 
 // The head dims this build instantiates the production kernels for: CMake's FA_HEAD_DIMS, passed
@@ -31,6 +33,21 @@ inline std::vector<int> built_head_dims(std::initializer_list<int> implemented) 
   for (int d : implemented)
     if (head_dim_built(d)) out.push_back(d);
   return out;
+}
+
+/// What every production forward supports: the head dims this build compiles of those it
+/// implements, causal (both alignments), LSE, GQA, on tensor cores, with 32-bit row indices and
+/// B·H_q over a grid's y and z (a kernel adds what is its own: TMA limits, a GPU, a work counter).
+inline Capabilities forward_caps(std::initializer_list<int> implemented_head_dims) {
+  Capabilities c;
+  c.head_dims = built_head_dims(implemented_head_dims);
+  c.causal = true;
+  c.lse = true;
+  c.gqa = true;
+  c.tensor_cores = true;
+  c.max_seqlen = kTileMaxSeqlen;
+  c.max_batch_heads = kTileMaxBatchHeads;
+  return c;
 }
 
 /// P = 2^(scale_log2 · (s − m)): the call's softmax scale times log2(e).
