@@ -435,11 +435,17 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   return Status::Ok();
 }
 
-const Capabilities kBackwardCaps = [] {
-  Capabilities c = kCaps;
-  c.max_batch_heads = 65535;  // the main kernel's grid: B·H_kv along y
-  return c;
-}();
+// The backward's grids: the main kernel's B·H_kv along y, and the convert kernel's one thread per
+// element of dQ along x (B·H_q·N_q·D / 256 blocks).
+Status check_backward_grids(const AttentionParams& p) {
+  if (p.batch * p.heads_kv > kMaxGridYZ)
+    return Status::Unsupported("the backward's grid holds B·H_kv up to 65535 (got " +
+                               std::to_string(p.batch * p.heads_kv) + ")");
+  if (cdiv(p.batch * p.heads_q * p.seqlen_q * p.head_dim, 256) > kMaxGridX)
+    return Status::Unsupported("the backward's dQ conversion has one thread per element of dQ: at most " +
+                               std::to_string(kMaxGridX * 256) + " elements (B·H_q·N_q·D)");
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -449,10 +455,8 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
 }
 
 Status backward(const BackwardParams& bp, cudaStream_t stream) {
-  if (Status st = validate_backward(bp, kBackwardCaps); !st.ok()) return st;
-  if (bp.fwd.batch * bp.fwd.heads_kv > 65535)
-    return Status::Unsupported("the backward's grid holds B·H_kv up to 65535 (got " +
-                               std::to_string(bp.fwd.batch * bp.fwd.heads_kv) + ")");
+  if (Status st = validate_backward(bp, kCaps); !st.ok()) return st;
+  if (Status st = check_backward_grids(bp.fwd); !st.ok()) return st;
   if (bp.fwd.head_dim == 64) return launch_backward<64, BwdConfig<32, 64>>(bp, stream);
   return launch_backward<128, BwdConfig<16, 64>>(bp, stream);
 }
