@@ -108,6 +108,20 @@ AttentionProblem::AttentionProblem(const ProblemShape& s) : shape_(s) {
   FA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+ProblemShape make_shape(int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nkv, int64_t d, bool causal,
+                        CausalAlign align) {
+  ProblemShape s;
+  s.batch = b;
+  s.heads_q = h;
+  s.heads_kv = hkv;
+  s.seqlen_q = nq;
+  s.seqlen_kv = nkv;
+  s.head_dim = d;
+  s.causal = causal;
+  s.align = align;
+  return s;
+}
+
 AttentionParams shape_params(const ProblemShape& s) {
   AttentionParams p;
   p.batch = s.batch;

@@ -46,6 +46,10 @@ struct ProblemShape {
 
 std::string to_string(const ProblemShape& s);
 
+// A shape of these sizes and mask; everything else (layout, inputs, seed, LSE, guards) at its default.
+ProblemShape make_shape(int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nkv, int64_t d, bool causal = false,
+                        CausalAlign align = CausalAlign::top_left);
+
 // The sizes, strides, scale and mask of `s`, with no tensors attached (null pointers).
 AttentionParams shape_params(const ProblemShape& s);
 // The same with stand-in pointers (16-byte aligned, never dereferenced), so fa::validate can judge

@@ -49,20 +49,6 @@ void add_test(const std::string& suite, const std::string& name, std::function<v
                           [body]() -> ::testing::Test* { return new FnTest(body); });
 }
 
-ProblemShape make(int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nkv, int64_t d, bool causal = false,
-                  CausalAlign align = CausalAlign::top_left) {
-  ProblemShape s;
-  s.batch = b;
-  s.heads_q = h;
-  s.heads_kv = hkv;
-  s.seqlen_q = nq;
-  s.seqlen_kv = nkv;
-  s.head_dim = d;
-  s.causal = causal;
-  s.align = align;
-  return s;
-}
-
 bool supports(const StepInfo& st, const ProblemShape& s) {
   const Capabilities& c = st.caps;
   bool dim_ok = false;
@@ -85,64 +71,64 @@ void register_for(const StepInfo& st) {
   // distinct data per head, both head dims, causal on and off.
   for (int d : {64, 128}) {
     for (bool causal : {false, true}) {
-      add_case(st, "Shapes", make(1, 1, 1, 1, 1, d, causal));
-      add_case(st, "Shapes", make(2, 3, 3, 17, 17, d, causal));
-      add_case(st, "Shapes", make(1, 2, 2, 64, 64, d, causal));
-      add_case(st, "Shapes", make(2, 2, 2, 1013, 1024, d, causal));
-      add_case(st, "Shapes", make(1, 2, 2, 1024, 1013, d, causal));
-      add_case(st, "Shapes", make(1, 4, 4, 4096, 4096, d, causal));
+      add_case(st, "Shapes", make_shape(1, 1, 1, 1, 1, d, causal));
+      add_case(st, "Shapes", make_shape(2, 3, 3, 17, 17, d, causal));
+      add_case(st, "Shapes", make_shape(1, 2, 2, 64, 64, d, causal));
+      add_case(st, "Shapes", make_shape(2, 2, 2, 1013, 1024, d, causal));
+      add_case(st, "Shapes", make_shape(1, 2, 2, 1024, 1013, d, causal));
+      add_case(st, "Shapes", make_shape(1, 4, 4, 4096, 4096, d, causal));
     }
     // Ragged cross-attention: N_q != N_kv with neither a tile multiple (stride confusion, #9).
-    add_case(st, "Ragged", make(1, 2, 2, 1013, 1531, d));
-    add_case(st, "Ragged", make(1, 2, 2, 1531, 1013, d));
-    add_case(st, "Ragged", make(3, 2, 2, 1, 777, d));
-    add_case(st, "Ragged", make(1, 1, 1, 333, 1, d));
+    add_case(st, "Ragged", make_shape(1, 2, 2, 1013, 1531, d));
+    add_case(st, "Ragged", make_shape(1, 2, 2, 1531, 1013, d));
+    add_case(st, "Ragged", make_shape(3, 2, 2, 1, 777, d));
+    add_case(st, "Ragged", make_shape(1, 1, 1, 333, 1, d));
     // Causal alignment when N_q != N_kv, both conventions; bottom-right with N_q > N_kv leaves
     // the first N_q - N_kv rows with no visible key (O = 0, LSE = -inf, never NaN).
-    add_case(st, "CausalAlign", make(1, 2, 2, 300, 1000, d, true, CausalAlign::top_left));
-    add_case(st, "CausalAlign", make(1, 2, 2, 300, 1000, d, true, CausalAlign::bottom_right));
-    add_case(st, "CausalAlign", make(1, 2, 2, 1000, 300, d, true, CausalAlign::top_left));
-    add_case(st, "FullyMaskedRows", make(1, 2, 2, 1000, 300, d, true, CausalAlign::bottom_right));
-    add_case(st, "FullyMaskedRows", make(2, 1, 1, 77, 5, d, true, CausalAlign::bottom_right));
+    add_case(st, "CausalAlign", make_shape(1, 2, 2, 300, 1000, d, true, CausalAlign::top_left));
+    add_case(st, "CausalAlign", make_shape(1, 2, 2, 300, 1000, d, true, CausalAlign::bottom_right));
+    add_case(st, "CausalAlign", make_shape(1, 2, 2, 1000, 300, d, true, CausalAlign::top_left));
+    add_case(st, "FullyMaskedRows", make_shape(1, 2, 2, 1000, 300, d, true, CausalAlign::bottom_right));
+    add_case(st, "FullyMaskedRows", make_shape(2, 1, 1, 77, 5, d, true, CausalAlign::bottom_right));
     // Structured inputs.
-    ProblemShape big = make(1, 2, 2, 515, 700, d);
+    ProblemShape big = make_shape(1, 2, 2, 515, 700, d);
     big.input = InputKind::large_logits;  // logits with std ~100: exp overflows without the max
     add_case(st, "LargeLogits", big);
     big.causal = true;
     add_case(st, "LargeLogits", big);
-    ProblemShape ident = make(1, 2, 2, 200, 200, d);
+    ProblemShape ident = make_shape(1, 2, 2, 200, 200, d);
     ident.input = InputKind::identity_qk;
     add_case(st, "Structured", ident, "IdentityQK");
-    ProblemShape ramp = make(2, 2, 2, 129, 257, d);
+    ProblemShape ramp = make_shape(2, 2, 2, 129, 257, d);
     ramp.input = InputKind::v_ramp;
     add_case(st, "Structured", ramp, "VRamp");
     // Layouts: (B, N, H, D) storage, and grouped-query / multi-query attention.
-    ProblemShape bnhd = make(2, 3, 3, 100, 130, d);
+    ProblemShape bnhd = make_shape(2, 3, 3, 100, 130, d);
     bnhd.layout = Layout::bnhd;
     add_case(st, "Layout", bnhd);
     // Strided views: every row followed by a gap (a slice of a packed QKV tensor, say); O's gaps
     // must stay untouched.
-    ProblemShape gapped = make(2, 2, 1, 77, 150, d, true, CausalAlign::bottom_right);
+    ProblemShape gapped = make_shape(2, 2, 1, 77, 150, d, true, CausalAlign::bottom_right);
     gapped.row_gap = 24;
     add_case(st, "Layout", gapped, "RowGap24");
     gapped.layout = Layout::bnhd;
     add_case(st, "Layout", gapped, "RowGap24");
-    add_case(st, "GQA", make(2, 4, 2, 97, 131, d));
-    add_case(st, "GQA", make(1, 8, 1, 64, 200, d, true));
+    add_case(st, "GQA", make_shape(2, 4, 2, 97, 131, d));
+    add_case(st, "GQA", make_shape(1, 8, 1, 64, 200, d, true));
     // Long sequences: where low-precision softmax state drifts (seed bug #1).
-    add_case(st, "LongSeq", make(1, 2, 2, 8192, 8192, d));
-    add_case(st, "LongSeq", make(1, 2, 2, 8192, 8192, d, true));
+    add_case(st, "LongSeq", make_shape(1, 2, 2, 8192, 8192, d));
+    add_case(st, "LongSeq", make_shape(1, 2, 2, 8192, 8192, d, true));
     // Every key weighs 1 and V ~ 16: the unnormalised O reaches ~16·N_kv = 131072, which fp32
     // state holds and fp16 state (largest value 65504) turns into inf.
-    ProblemShape flat = make(1, 2, 2, 256, 8192, d);
+    ProblemShape flat = make_shape(1, 2, 2, 256, 8192, d);
     flat.input = InputKind::flat_large_v;
     add_case(st, "LongSeq", flat, "FlatLargeV");
     // More (batch, head) pairs than a grid's y dimension holds (65535), with GQA and ragged
     // causal tiles: the launch must spread them (over z, or x) or the step must refuse.
-    add_case(st, "Grid", make(2, 32800, 8200, 40, 70, d, true, CausalAlign::bottom_right), "BatchHeadsPast65535");
+    add_case(st, "Grid", make_shape(2, 32800, 8200, 40, 70, d, true, CausalAlign::bottom_right), "BatchHeadsPast65535");
   }
   // A custom softmax scale is honoured.
-  ProblemShape scaled = make(1, 2, 2, 150, 150, 64);
+  ProblemShape scaled = make_shape(1, 2, 2, 150, 150, 64);
   scaled.softmax_scale = 0.3f;
   add_case(st, "Scale", scaled, "Custom0p3");
 
@@ -151,7 +137,7 @@ void register_for(const StepInfo& st) {
   auto bad = [step](const std::string& name, std::function<void(AttentionParams&)> spoil) {
     add_test("BadInput", name, [step, spoil] {
       FA_REQUIRE_GPU();
-      ProblemShape s = make(1, 2, 2, 64, 64, 64);
+      ProblemShape s = make_shape(1, 2, 2, 64, 64, 64);
       s.with_lse = step->caps.lse;
       AttentionProblem prob(s);
       AttentionParams p = prob.params();
@@ -190,7 +176,7 @@ void register_for(const StepInfo& st) {
 void expect_64bit_offsets(const StepInfo& step) {
   FA_REQUIRE_GPU();
   // B·H·N·D = 257·256·256·128 = 257·2^23 = 2^31 + 2^23; batch 256 starts at element 2^31.
-  ProblemShape s = make(257, 256, 256, 256, 256, 128);
+  ProblemShape s = make_shape(257, 256, 256, 256, 256, 128);
   s.seed = seed_for("Overflow");
   s.with_lse = step.caps.lse;
   const double elems = double(s.batch * s.heads_q * s.seqlen_q * s.head_dim);
@@ -239,7 +225,7 @@ void expect_64bit_row_offsets(const StepInfo& step) {
   // 304 rows past that boundary, for Q/O and for K/V alike: a wrapped key offset must carry
   // enough weight in the late rows' softmax (up to 7 % of the keys) to fail the check, not only
   // a wrapped query row.
-  ProblemShape s = make(1, 2, 2, 4400, 4400, 64, step.caps.causal);
+  ProblemShape s = make_shape(1, 2, 2, 4400, 4400, 64, step.caps.causal);
   s.layout = Layout::bnhd;
   s.row_gap = (int64_t(1) << 19) - s.heads_q * s.head_dim;
   s.kv_pad_rows = 0;  // the guards still follow the last row

@@ -121,17 +121,10 @@ void check_backward(const ProblemShape& shape) {
   EXPECT_TRUE(prob.memory_intact(&why)) << where << ": " << why;
 }
 
+// make_shape's sizes and mask, with its own seed and the LSE the backward needs.
 ProblemShape shape(int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nkv, int64_t d, bool causal,
                    CausalAlign align, uint64_t seed) {
-  ProblemShape s;
-  s.batch = b;
-  s.heads_q = h;
-  s.heads_kv = hkv;
-  s.seqlen_q = nq;
-  s.seqlen_kv = nkv;
-  s.head_dim = d;
-  s.causal = causal;
-  s.align = align;
+  ProblemShape s = make_shape(b, h, hkv, nq, nkv, d, causal, align);
   s.seed = seed;
   s.with_lse = true;
   return s;
