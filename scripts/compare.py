@@ -124,6 +124,17 @@ class Torch:
         ms = sorted(a.elapsed_time(b) for a, b in ev)
         return ms[len(ms) // 2] if len(ms) % 2 else (ms[len(ms) // 2 - 1] + ms[len(ms) // 2]) / 2, ms[0], ms[-1]
 
+    def timed(self, ready, flops):
+        """Rows of every (row, fn) in `ready` timed `repeats` times: everyone once, then everyone again,
+        so drifts show as spread between repeats."""
+        rows = []
+        for rep in range(self.t["repeats"]):
+            for r, fn in ready:
+                med, lo, hi = self.time(fn)
+                rows.append(dict(r, repeat=rep, status="ok", median_ms=med, min_ms=lo, max_ms=hi, iters=self.t["iters"],
+                                 tflops=flops / (med * 1e-3) / 1e12))
+        return rows
+
     def check(self, out, ref, tol):
         """The course's rule (harness/compare.h) with fa2 bench's tolerances: NaN/Inf count as outside."""
         torch = self.torch
@@ -202,12 +213,7 @@ class Torch:
                 ready.append((r, fn))
             else:
                 rows.append(dict(r, status="fail", note="FAILED check: " + why))
-        for rep in range(self.t["repeats"]):  # everyone once, then everyone again: drifts show as spread
-            for r, fn in ready:
-                med, lo, hi = self.time(fn)
-                rows.append(dict(r, repeat=rep, status="ok", median_ms=med, min_ms=lo, max_ms=hi, iters=self.t["iters"],
-                                 tflops=s["flops"] / (med * 1e-3) / 1e12))
-        return rows
+        return rows + self.timed(ready, s["flops"])
 
     def reference_bwd(self, q, k, v, d_o, causal):
         """dQ, dK, dV in fp32 from the upcast inputs, head by head (an N×N fp32 matrix at a time), TF32 off."""
@@ -267,12 +273,7 @@ class Torch:
             else:
                 rows.append(dict(r, status="fail", note="FAILED check: dQ, dK, dV relative norms " +
                                  ", ".join(f"{x:.2e}" for x in rels) + ("" if finite else "; NaN/Inf")))
-        for rep in range(self.t["repeats"]):
-            for r, fn in ready:
-                med, lo, hi = self.time(fn)
-                rows.append(dict(r, repeat=rep, status="ok", median_ms=med, min_ms=lo, max_ms=hi, iters=self.t["iters"],
-                                 tflops=2.5 * s["flops"] / (med * 1e-3) / 1e12))
-        return rows
+        return rows + self.timed(ready, 2.5 * s["flops"])
 
     def ceilings(self, meta):
         torch, rows = self.torch, []
