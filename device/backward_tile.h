@@ -65,23 +65,11 @@ __device__ __forceinline__ void store_transposed(SmemTile<ROWS, Layout> tile, co
           __float2bfloat16(x.c[f][e]);
 }
 
-/// O += P·V[:, c0 .. c0 + C) for one warp's 16 rows: mma_pv restricted to C of V's columns,
-/// starting at c0 (a multiple of 16).
+/// O += P·V[:, c0 .. c0 + C) for one warp's 16 rows: mma_pv on C of V's columns from c0 (a multiple
+/// of 16).
 template <int C, int N, typename Layout>
 __device__ __forceinline__ void mma_pv_cols(Acc<C>& o, const FragA<N>& p, SmemTile<N, Layout> v_tile, int c0) {
-  static_assert(C % 16 == 0 && C <= Layout::kCols, "whole 16-column blocks of V");
-  const int lane = lane_id();
-  const unsigned lane_bytes = 2 * Layout::offset(ptx::ldsm_v_row(lane), ptx::ldsm_v_colblock(lane) * 8);
-#pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk) {
-#pragma unroll
-    for (int dd = 0; dd < C / 16; ++dd) {
-      uint32_t v_frag[4];
-      ptx::ldmatrix_x4_trans(v_frag, v_tile.addr() + Layout::move(lane_bytes, kk, c0 / 16 + dd));
-      ptx::mma_bf16_16816(o.c[2 * dd], p.a[kk], v_frag[0], v_frag[1]);
-      ptx::mma_bf16_16816(o.c[2 * dd + 1], p.a[kk], v_frag[2], v_frag[3]);
-    }
-  }
+  mma_pv_rows<1>(&o, &p, v_tile, c0);
 }
 
 /// dst[(row0 + r)·stride + col0 + c] += scale · x[r][c] for the warp's (16, C) tile, with fp32

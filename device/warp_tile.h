@@ -126,8 +126,10 @@ __device__ __forceinline__ Acc<N> mma_qk(const FragA<D>& q, SmemTile<N, Layout> 
 /// is stored key-major), and each V fragment is loaded once and feeds M·2 mmas. mma_pv is M = 1;
 /// mma_pv_tiles (step 09 on) gives a warp's two row tiles one call.
 template <int M, int D, int N, typename Layout>
-__device__ __forceinline__ void mma_pv_rows(Acc<D>* o, const FragA<N>* p, SmemTile<N, Layout> v_tile) {
-  static_assert(Layout::kCols == D, "values are rows of D elements");
+__device__ __forceinline__ void mma_pv_rows(Acc<D>* o, const FragA<N>* p, SmemTile<N, Layout> v_tile, int c0 = 0) {
+  // D of V's columns from column c0 (a multiple of 16): all of them but in the backward's dQ = dS·K,
+  // which splits them over warps (device/backward_tile.h's mma_pv_cols).
+  static_assert(D % 16 == 0 && D <= Layout::kCols, "whole 16-column blocks of V");
   const int lane = lane_id();
   const unsigned lane_bytes = 2 * Layout::offset(ptx::ldsm_v_row(lane), ptx::ldsm_v_colblock(lane) * 8);
 #pragma unroll
@@ -135,7 +137,7 @@ __device__ __forceinline__ void mma_pv_rows(Acc<D>* o, const FragA<N>* p, SmemTi
 #pragma unroll
     for (int dd = 0; dd < D / 16; ++dd) {
       uint32_t v_frag[4];  // B fragments of dim blocks 2dd and 2dd+1 (16 keys × 16 dims), transposed
-      ptx::ldmatrix_x4_trans(v_frag, v_tile.addr() + Layout::move(lane_bytes, kk, dd));
+      ptx::ldmatrix_x4_trans(v_frag, v_tile.addr() + Layout::move(lane_bytes, kk, c0 / 16 + dd));
 #pragma unroll
       for (int t = 0; t < M; ++t) {
         ptx::mma_bf16_16816(o[t].c[2 * dd], p[t].a[kk], v_frag[0], v_frag[1]);
@@ -148,6 +150,7 @@ __device__ __forceinline__ void mma_pv_rows(Acc<D>* o, const FragA<N>* p, SmemTi
 /// O += P·V for one warp's 16 rows.
 template <int D, int N, typename Layout>
 __device__ __forceinline__ void mma_pv(Acc<D>& o, const FragA<N>& p, SmemTile<N, Layout> v_tile) {
+  static_assert(Layout::kCols == D, "values are rows of D elements");
   mma_pv_rows<1>(&o, &p, v_tile);
 }
 
@@ -196,6 +199,7 @@ __device__ __forceinline__ void mma_qk_tiles(Acc<N> (&s)[M], SmemTile<QROWS, QLa
 /// O_t += P_t·V for the M row tiles t of a warp (step 09 on), each V fragment loaded once.
 template <int M, int D, int N, typename Layout>
 __device__ __forceinline__ void mma_pv_tiles(Acc<D> (&o)[M], const FragA<N> (&p)[M], SmemTile<N, Layout> v_tile) {
+  static_assert(Layout::kCols == D, "values are rows of D elements");
   mma_pv_rows<M>(o, p, v_tile);
 }
 
