@@ -20,4 +20,9 @@ inline double attention_flops(const AttentionParams& p) {
          visible_pairs(p.seqlen_q, p.seqlen_kv, p.causal, p.causal_offset());
 }
 
+// The backward's, as flash-attention counts them: five matmuls to the forward's two, 2.5 × its FLOPs.
+inline double attention_backward_flops(const AttentionParams& p) {
+  return 2.5 * attention_flops(p);
+}
+
 }  // namespace fa

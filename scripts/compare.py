@@ -237,7 +237,7 @@ class Torch:
 
     def measure_bwd(self, si, s, skip, meta):
         """SDPA flash's and cuDNN's backward: dQ, dK, dV checked against the fp32 backward, then the backward
-        alone timed (torch.autograd.grad on a kept graph), FLOPs 2.5× the forward's."""
+        alone timed (torch.autograd.grad on a kept graph), FLOPs from fa2 bench's plan (flops_bwd)."""
         torch, rows, ready = self.torch, [], []
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -273,7 +273,7 @@ class Torch:
             else:
                 rows.append(dict(r, status="fail", note="FAILED check: dQ, dK, dV relative norms " +
                                  ", ".join(f"{x:.2e}" for x in rels) + ("" if finite else "; NaN/Inf")))
-        return rows + self.timed(ready, 2.5 * s["flops"])
+        return rows + self.timed(ready, s["flops_bwd"])
 
     def ceilings(self, meta):
         torch, rows = self.torch, []
@@ -421,12 +421,12 @@ def fake_rows(plan, meta, tmp):
                      for rep in range(2)]
         if s.get("run_bwd"):  # the backward: its steps through fa2 bench's CSV, SDPA's through torch
             path = os.path.join(tmp, f"{si}bwd.csv")
-            fake = [dict(step=n, name=names[n], repeat=rep, status="ok", tflops=100.0, median_ms=2.5 * s["flops"] / 1e14,
+            fake = [dict(step=n, name=names[n], repeat=rep, status="ok", tflops=100.0, median_ms=s["flops_bwd"] / 1e14,
                          direction="bwd", config="BLOCK_M=32 BLOCK_N=64") for n in s["run_bwd"] for rep in range(2)]
             report.write_csv(fake, path, list(fake[0]))
             rows += bench_rows(path, 0, "", s["run_bwd"], s, "", names, meta, bwd=True)[0]
             rows += [row(pid, label, "sdpa", s, meta, repeat=rep, status="ok", tflops=200.0 + 100 * i, direction="bwd",
-                         median_ms=2.5 * s["flops"] / (200.0 + 100 * i) / 1e9, max_abs_err=4e-3)
+                         median_ms=s["flops_bwd"] / (200.0 + 100 * i) / 1e9, max_abs_err=4e-3)
                      for i, (pid, label) in enumerate(report.REFS_BWD) for rep in range(2)]
     return rows
 
@@ -440,6 +440,7 @@ def selftest(args, fa2):
     for s in plan.get("shapes", []):
         pairs = s["N"] * (s["N"] + 1) // 2 if s["causal"] else s["N"] ** 2
         problems += [] if s["flops"] == 4 * s["B"] * s["H"] * s["D"] * pairs else [f"FLOPs of {s}"]
+        problems += [] if s.get("flops_bwd") == 2.5 * s["flops"] else [f"backward FLOPs of {s}"]
     out = args.out or tempfile.mkdtemp(prefix="compare-selftest-")
     logs, readme, prefix = (os.path.join(out, x) for x in ("logs", "README.md", "compare_selftest"))
     os.makedirs(logs, exist_ok=True)

@@ -218,7 +218,7 @@ std::vector<Point> plan_points(const Plan& plan) {
         p.step = st;
         p.shape = i;
         p.backward = backward;
-        p.flops = attention_flops(vp) * (backward ? 2.5 : 1.0);
+        p.flops = backward ? attention_backward_flops(vp) : attention_flops(vp);
         const bool slow =
             std::find(plan.slow_steps.begin(), plan.slow_steps.end(), st->number) != plan.slow_steps.end();
         if (backward && !st->backward) {
@@ -295,8 +295,10 @@ void print_plan_json(const Plan& plan, const std::vector<Point>& points) {
     os << (i ? "," : "") << "\n    {\"family\": " << json_string(s.family) << ", \"B\": " << s.batch
        << ", \"H\": " << s.heads << ", \"N\": " << s.seqlen << ", \"D\": " << s.head_dim
        << ", \"causal\": " << (s.causal ? "true" : "false");
-    char flops[32];
-    std::snprintf(flops, sizeof flops, "%.17g", attention_flops(validation_params(problem_shape(s))));
+    char flops[80];
+    const AttentionParams vp = validation_params(problem_shape(s));
+    std::snprintf(flops, sizeof flops, "%.17g, \"flops_bwd\": %.17g", attention_flops(vp),
+                  attention_backward_flops(vp));
     os << ", \"flops\": " << flops;
     std::string run, not_run;
     std::string run_bwd;
