@@ -126,7 +126,12 @@ std::string convert_backward(const fa_backward_params* c, fa::BackwardParams& p)
     if (c->reserved[i] != 0)
       return "reserved[" + std::to_string(i) + "] is " + std::to_string(c->reserved[i]) +
              "; reserved fields must be zero (zero-fill the struct)";
+  if (c->reserved_flags != 0)
+    return "reserved_flags is " + std::to_string(c->reserved_flags) + "; it must be zero (zero-fill the struct)";
+  if (c->deterministic != 0 && c->deterministic != 1)
+    return "deterministic is " + std::to_string(c->deterministic) + "; it must be 0 or 1";
   if (std::string why = convert(&c->fwd, p.fwd); !why.empty()) return "fwd: " + why;
+  p.deterministic = c->deterministic == 1;
   p.d_o = c->d_o;
   p.dq = c->dq;
   p.dk = c->dk;

@@ -297,6 +297,8 @@ Status validate_backward(const BackwardParams& bp, const Capabilities& caps) {
   const AttentionParams& p = bp.fwd;
   if (!p.lse) return fail("the backward needs the forward's LSE: lse must be a non-null device pointer");
   if (!bp.d_o || !bp.dq || !bp.dk || !bp.dv) return fail("d_o, dq, dk and dv must be non-null device pointers");
+  if (bp.deterministic && !caps.deterministic_backward)
+    return fail("this step's backward has no deterministic mode (its dQ atomics race); a later step adds it");
   if (Status st = validate_input(p, caps); !st.ok()) return st;
   auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
     return call_tensor(p, name, ptr, q_side, s);

@@ -206,7 +206,9 @@ typedef struct fa_backward_params {
   int64_t strides[4][4];    ///< `strides[FA_TENSOR_DO .. FA_TENSOR_DV][FA_AXIS_*]`, in elements
   void* workspace;          ///< device scratch memory, see fa_backward_workspace_size
   size_t workspace_bytes;   ///< its size in bytes
-  int64_t reserved[8];      ///< must be zero
+  int32_t deterministic;    ///< 1: bitwise-identical gradients run to run (steps that support it); 0: fastest
+  int32_t reserved_flags;   ///< must be zero
+  int64_t reserved[7];      ///< must be zero
 } fa_backward_params;
 
 /// @brief `sizeof(fa_backward_params)` in the loaded library, to check a foreign struct layout.

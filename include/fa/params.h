@@ -117,14 +117,27 @@ struct BackwardParams {
   /// backward_workspace_bytes(fwd) bytes, 16-byte aligned: dQ's fp32 accumulator and D = rowsum(dO∘O).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;  ///< the workspace's size in bytes
+  /// Bitwise-identical gradients on every run of the same call: the KV tiles' contributions to dQ
+  /// are added in a fixed order (each Q tile's turnstile in the workspace) instead of racing atomics.
+  /// Only steps whose Capabilities::deterministic_backward is set accept it.
+  bool deterministic = false;
 };
 
+/// @brief Query rows per turnstile of the deterministic backward: one int per (b, h_q, 16 rows), the
+/// smallest Q tile any backward config uses, so the size does not depend on the config chosen.
+constexpr int64_t kBackwardTurnstileRows = 16;
+
 /// @brief The scratch memory a backward call on `p`'s sizes needs: an fp32 (B, H_q, N_q, D) dQ
-/// accumulator and an fp32 (B, H_q, N_q) D, each rounded up to 256 bytes. O(N), never O(N²).
+/// accumulator, an fp32 (B, H_q, N_q) D, and the deterministic mode's turnstiles, one int32 per
+/// (B, H_q, ⌈N_q / 16⌉), each part rounded up to 256 bytes. O(N), never O(N²); the same with or
+/// without `deterministic`, so one allocation serves both.
 inline size_t backward_workspace_bytes(const AttentionParams& p) {
   auto round = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   const size_t rows = size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q);
-  return round(rows * size_t(p.head_dim) * sizeof(float)) + round(rows * sizeof(float));
+  const size_t turnstiles = size_t(p.batch) * size_t(p.heads_q) *
+                            ((size_t(p.seqlen_q) + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows);
+  return round(rows * size_t(p.head_dim) * sizeof(float)) + round(rows * sizeof(float)) +
+         round(turnstiles * sizeof(int32_t));
 }
 
 /// @brief Result of an API call: success, or failure with a message saying what was wrong.

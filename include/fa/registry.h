@@ -40,6 +40,8 @@ struct Capabilities {
   /// The one compute capability (major · 10 + minor) the step's kernels are built for, e.g. 90
   /// for the sm_90a instructions of Hopper (wgmma); 0: every GPU the build targets.
   int only_sm = 0;
+  /// Its backward honours BackwardParams::deterministic (bitwise-identical gradients run to run).
+  bool deterministic_backward = false;
 };
 
 /// @brief Signature of every step's forward function. Runs asynchronously on `stream`.

@@ -75,7 +75,8 @@ class BackwardParams(ctypes.Structure):
         ("d_o", ctypes.c_void_p), ("dq", ctypes.c_void_p), ("dk", ctypes.c_void_p), ("dv", ctypes.c_void_p),
         ("strides", (ctypes.c_int64 * 4) * 4),
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
-        ("reserved", ctypes.c_int64 * 8),
+        ("deterministic", ctypes.c_int32), ("reserved_flags", ctypes.c_int32),
+        ("reserved", ctypes.c_int64 * 7),
     ]
 
 
@@ -238,9 +239,10 @@ def has_backward(step: int) -> bool:
 
 
 def make_backward_params(fwd: Params, *, d_o: int, dq: int, dk: int, dv: int, strides: Sequence[Sequence[int]],
-                         workspace: int, workspace_bytes: int) -> BackwardParams:
+                         workspace: int, workspace_bytes: int, deterministic: bool = False) -> BackwardParams:
     """A filled fa_backward_params: the forward call `fwd` (with its o and lse), the gradients' device
-    pointers as integers, strides[tensor][axis] for dO, dQ, dK, dV, and the workspace."""
+    pointers as integers, strides[tensor][axis] for dO, dQ, dK, dV, the workspace, and whether the
+    gradients must be bitwise identical run to run (`deterministic`)."""
     b = BackwardParams()  # zeroed, `reserved` included
     b.struct_size = ctypes.sizeof(BackwardParams)
     b.fwd = fwd
@@ -249,6 +251,7 @@ def make_backward_params(fwd: Params, *, d_o: int, dq: int, dk: int, dv: int, st
         for a in range(4):
             b.strides[t][a] = int(strides[t][a])
     b.workspace, b.workspace_bytes = workspace or None, int(workspace_bytes)
+    b.deterministic = 1 if deterministic else 0
     return b
 
 

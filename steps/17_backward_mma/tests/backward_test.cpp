@@ -162,6 +162,13 @@ TEST(Backward, LongerSequence) {
   check_backward(shape(1, 2, 1, 1000, 1000, 128, true, CausalAlign::top_left, 6));
 }
 
+// One Q tile against 128 KV tiles: every block of the (batch, head) adds into the same 16 rows of
+// dQ at the same moment, which is where additions without atomics are lost.
+TEST(Backward, ManyKeyTilesShareOneQueryTile) {
+  FA_REQUIRE_GPU();
+  check_backward(shape(1, 2, 2, 16, 8192, 64, false, CausalAlign::top_left, 9));
+}
+
 // Refusals: no LSE, a workspace too small, dK overlapping dV; nothing is written.
 TEST(Backward, RefusesBadCalls) {
   FA_REQUIRE_GPU();

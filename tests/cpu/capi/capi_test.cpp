@@ -370,8 +370,9 @@ TEST(CApiBackward, WorkspaceSizeIsTheLibrarys) {
   char err[256] = "stale";
   ASSERT_EQ(fa_backward_workspace_size(&p, &bytes, err, sizeof err), FA_OK) << err;
   EXPECT_STREQ(err, "");
-  const size_t rows = 2 * 4 * 128;
-  EXPECT_EQ(bytes, rows * 64 * 4 + rows * 4);
+  const size_t rows = 2 * 4 * 128, turnstiles = 2 * 4 * (128 / 16);
+  EXPECT_EQ(bytes, rows * 64 * 4 + rows * 4 + 256);  // the turnstiles' 256 bytes: 64 int32, rounded up
+  EXPECT_EQ(turnstiles * 4, 256u);
   EXPECT_EQ(fa_backward_workspace_size(nullptr, &bytes, err, sizeof err), FA_ERROR_INVALID);
   EXPECT_EQ(bytes, 0u);
   fa_attention_params bad = valid_params();
@@ -398,6 +399,18 @@ TEST(CApiBackward, RefusesMalformedAndUnsupportedCalls) {
   b.reserved[3] = 1;
   EXPECT_EQ(fa_backward(17, &b, nullptr, err, sizeof err), FA_ERROR_INVALID);
   EXPECT_NE(std::string(err).find("reserved[3]"), std::string::npos) << err;
+  b = valid_backward();
+  b.reserved_flags = 4;
+  EXPECT_EQ(fa_backward(17, &b, nullptr, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("reserved_flags is 4"), std::string::npos) << err;
+  b = valid_backward();
+  b.deterministic = 2;
+  EXPECT_EQ(fa_backward(17, &b, nullptr, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("deterministic is 2; it must be 0 or 1"), std::string::npos) << err;
+  b = valid_backward();
+  b.deterministic = 1;
+  EXPECT_EQ(fa_backward(17, &b, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("no deterministic mode"), std::string::npos) << err;
   b = valid_backward();
   EXPECT_EQ(fa_backward(10, &b, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
   EXPECT_NE(std::string(err).find("step 10 has no backward"), std::string::npos) << err;
