@@ -9,7 +9,8 @@
 // the work spent on the softmax and the causal diagonal, changes.
 //
 // `--direction bwd` times the backward instead (the steps that have one, step 17 on), with the FLOPs
-// counted as flash-attention counts them: 2.5 × the forward's; `fwd,bwd` both. The backward is
+// counted as flash-attention counts them: 2.5 × the forward's; `fwd,bwd` both. `--deterministic`
+// runs the backward points in the deterministic mode (steps without one are listed as unsupported). The backward is
 // checked by its tests against the fp64 reference (steps/17_backward_mma/tests), not here.
 //
 // `--list` prints the plan without a GPU (`--list --json`: the sweep, each point's FLOP count, the
@@ -59,6 +60,7 @@ struct Plan {
   int repeats = 1;
   TimingOptions timing;
   std::vector<bool> backward;  // the directions: false = forward, true = backward
+  bool deterministic = false;  // --deterministic: the backward points run BackwardParams::deterministic
 };
 
 // One (step, shape) of the plan: its verdict, and one Timing per repeat once it is timed.
@@ -196,6 +198,7 @@ Plan make_plan(const CliArgs& cli, bool ladder) {
   plan.timing.iters = int(cli.get_int("iters", ladder ? 10 : 20));
   plan.timing.warmup = int(cli.get_int("warmup", ladder ? 2 : 3));
   plan.timing.flush_l2 = !cli.flag("no-flush");
+  plan.deterministic = cli.flag("deterministic");
   const std::string directions = cli.get("direction", "fwd");
   for (const std::string& d : {std::string("fwd"), std::string("bwd")})
     if (("," + directions + ",").find("," + d + ",") != std::string::npos) plan.backward.push_back(d == "bwd");
@@ -224,6 +227,9 @@ std::vector<Point> plan_points(const Plan& plan) {
         if (backward && !st->backward) {
           p.status = "unsupported";
           p.note = "no backward: step " + std::to_string(st->number) + " teaches the forward only";
+        } else if (backward && plan.deterministic && !st->caps.deterministic_backward) {
+          p.status = "unsupported";
+          p.note = "no deterministic backward in step " + std::to_string(st->number);
         } else if (Status v = validate_input(vp, st->caps); !v.ok()) {  // the GPU is judged when the point runs
           p.status = "unsupported";
           p.note = "not supported: " + v.message();
@@ -407,6 +413,7 @@ void measure_shape(const Plan& plan, size_t i, std::vector<Point*>& points, Prog
     bp.dk_stride = bp.dv_stride = bhnd_strides(shape_p.heads_kv, shape_p.seqlen_kv, shape_p.head_dim);
     bp.workspace = workspace.get();
     bp.workspace_bytes = workspace.bytes();
+    bp.deterministic = plan.deterministic;
   }
   for (Point* pt : points) {
     const StepInfo& st = *pt->step;
@@ -538,9 +545,11 @@ void print_table(const Plan& plan, const std::vector<Point>& points) {
 
 int run_bench(const std::vector<std::string>& args, bool ladder) {
   const char* command = ladder ? "ladder" : "bench";
-  CliArgs cli(args, {"causal-only", "no-causal", "no-seed-shape", "dry-run", "list", "json", "no-flush", "quick"},
-              {"steps", "n", "d", "b", "h", "tokens", "hidden", "csv", "iters", "warmup", "repeats", "slow-steps",
-               "slow-max-n", "max-ms-per-point", "point-budget-ms", "direction"});
+  CliArgs cli(
+      args,
+      {"causal-only", "no-causal", "no-seed-shape", "dry-run", "list", "json", "no-flush", "quick", "deterministic"},
+      {"steps", "n", "d", "b", "h", "tokens", "hidden", "csv", "iters", "warmup", "repeats", "slow-steps", "slow-max-n",
+       "max-ms-per-point", "point-budget-ms", "direction"});
   const Plan plan = make_plan(cli, ladder);
   std::vector<Point> points = plan_points(plan);
   if (cli.flag("json") && !cli.flag("list")) throw std::invalid_argument("--json goes with --list (timings: --csv)");

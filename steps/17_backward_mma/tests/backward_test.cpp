@@ -93,13 +93,14 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
 }
 
 // The step's forward, then its backward, against the fp64 reference's gradients.
-void check_backward(const ProblemShape& shape) {
-  const std::string where = to_string(shape);
+void check_backward_mode(const ProblemShape& shape, bool deterministic) {
+  const std::string where = to_string(shape) + (deterministic ? " deterministic" : "");
   const StepInfo& step = testing::the_step();
   ASSERT_NE(step.backward, nullptr);
   AttentionProblem prob(shape);
   ASSERT_TRUE(step.forward(prob.params(), nullptr).ok()) << where;
   Gradients g = make_gradients(prob, unsigned(shape.seed) + 1000);
+  g.bp.deterministic = deterministic;
   const Status st = step.backward(g.bp, nullptr);
   ASSERT_TRUE(st.ok()) << where << ": " << st.message();
   FA_CUDA_CHECK(cudaDeviceSynchronize());
@@ -119,6 +120,13 @@ void check_backward(const ProblemShape& shape) {
   for (const GuardedBuffer<bf16>* t : {&g.dq, &g.dk, &g.dv})
     EXPECT_TRUE(t->guards_intact(&why)) << where << ": " << why;
   EXPECT_TRUE(prob.memory_intact(&why)) << where << ": " << why;
+}
+
+// Every case in every mode the step has: the default, and the deterministic one where the step
+// offers it (step 18 on, which runs these tests too).
+void check_backward(const ProblemShape& shape) {
+  check_backward_mode(shape, false);
+  if (testing::the_step().caps.deterministic_backward) check_backward_mode(shape, true);
 }
 
 // make_shape's sizes and mask, with its own seed and the LSE the backward needs.
