@@ -25,6 +25,15 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* gmem
                : "memory");
 }
 
+/// Copies 4 bytes from `gmem` to shared address `smem_addr`, or writes 4 zeros when !valid: for
+/// arrays of one float per row, whose rows need not start 16-byte aligned. `.ca` (the only caching
+/// a copy under 16 bytes may ask for).
+__device__ __forceinline__ void cp_async_4(uint32_t smem_addr, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+
 /// Closes all copies issued since the previous commit into one group.
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");

@@ -127,17 +127,18 @@ struct BackwardParams {
 /// smallest Q tile any backward config uses, so the size does not depend on the config chosen.
 constexpr int64_t kBackwardTurnstileRows = 16;
 
-/// @brief The scratch memory a backward call on `p`'s sizes needs: an fp32 (B, H_q, N_q, D) dQ
-/// accumulator, an fp32 (B, H_q, N_q) D, and the deterministic mode's turnstiles, one int32 per
-/// (B, H_q, ⌈N_q / 16⌉), each part rounded up to 256 bytes. O(N), never O(N²); the same with or
-/// without `deterministic`, so one allocation serves both.
+/// @brief The scratch memory a backward call on `p`'s sizes needs, in this order, each part rounded
+/// up to 256 bytes: an fp32 (B, H_q, N_q, D) dQ accumulator; an fp32 (B, H_q, N_q) D; the
+/// deterministic mode's turnstiles, one int32 per (B, H_q, ⌈N_q / 16⌉); an fp32 (B, H_q, N_q) copy of
+/// the LSE in exp2 units that the preprocess writes for the kernels that copy it (step 19 on).
+/// O(N), never O(N²); the same with or without `deterministic`, so one allocation serves both.
 inline size_t backward_workspace_bytes(const AttentionParams& p) {
   auto round = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   const size_t rows = size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q);
   const size_t turnstiles = size_t(p.batch) * size_t(p.heads_q) *
                             ((size_t(p.seqlen_q) + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows);
   return round(rows * size_t(p.head_dim) * sizeof(float)) + round(rows * sizeof(float)) +
-         round(turnstiles * sizeof(int32_t));
+         round(turnstiles * sizeof(int32_t)) + round(rows * sizeof(float));
 }
 
 /// @brief Result of an API call: success, or failure with a message saying what was wrong.

@@ -58,13 +58,14 @@ TEST(ValidateBackward, AcceptsAWellFormedCall) {
   EXPECT_TRUE(st.ok()) << st.message();
 }
 
-// dQ's fp32 accumulator, D, and one int32 turnstile per 16 query rows, each rounded up to 256
-// bytes: O(N), never O(N²).
+// dQ's fp32 accumulator, D, one int32 turnstile per 16 query rows, and the LSE in exp2 units,
+// each rounded up to 256 bytes: O(N), never O(N²).
 TEST(ValidateBackward, WorkspaceIsLinearInN) {
   BackwardParams bp = valid();
   const size_t rows = 2 * 4 * 100, turnstiles = 2 * 4 * 7;  // ⌈100 / 16⌉ = 7 per head
   EXPECT_EQ(backward_workspace_bytes(bp.fwd),
-            (rows * 64 * 4 + 255) / 256 * 256 + (rows * 4 + 255) / 256 * 256 + (turnstiles * 4 + 255) / 256 * 256);
+            (rows * 64 * 4 + 255) / 256 * 256 + (rows * 4 + 255) / 256 * 256 + (turnstiles * 4 + 255) / 256 * 256 +
+                (rows * 4 + 255) / 256 * 256);
   bp.fwd.seqlen_q *= 2;
   EXPECT_LE(backward_workspace_bytes(bp.fwd), 2 * backward_workspace_bytes(valid().fwd) + 512);
 }

@@ -371,7 +371,7 @@ TEST(CApiBackward, WorkspaceSizeIsTheLibrarys) {
   ASSERT_EQ(fa_backward_workspace_size(&p, &bytes, err, sizeof err), FA_OK) << err;
   EXPECT_STREQ(err, "");
   const size_t rows = 2 * 4 * 128, turnstiles = 2 * 4 * (128 / 16);
-  EXPECT_EQ(bytes, rows * 64 * 4 + rows * 4 + 256);  // the turnstiles' 256 bytes: 64 int32, rounded up
+  EXPECT_EQ(bytes, rows * 64 * 4 + rows * 4 + 256 + rows * 4);  // the turnstiles: 64 int32, 256 bytes
   EXPECT_EQ(turnstiles * 4, 256u);
   EXPECT_EQ(fa_backward_workspace_size(nullptr, &bytes, err, sizeof err), FA_ERROR_INVALID);
   EXPECT_EQ(bytes, 0u);
