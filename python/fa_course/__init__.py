@@ -3,6 +3,7 @@
     import fa_course
     o = fa_course.attention(q, k, v, causal=True)          # (B, N, H, D) bf16 CUDA tensors
     o = fa_course.flash_attn_func(q, k, v, causal=True)    # flash-attn's names (causal bottom-right)
+    o.backward(do)                                         # gradients: q.grad, k.grad, v.grad
     o, lse = fa_course.attention(q, k, v, return_lse=True)
     fa_course.steps()                                      # every step, with its lesson
     fa_course.pick_step(q, k, v, causal=True)              # the step attention(step=None) runs

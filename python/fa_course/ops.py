@@ -1,11 +1,12 @@
-"""`attention` as a PyTorch custom op: `torch.ops.fa_course.forward`, with a fake (meta)
-implementation, so that torch.compile traces it without a graph break and CUDA graphs capture it.
+"""`attention` as PyTorch custom ops: `torch.ops.fa_course.forward` and its gradient,
+`torch.ops.fa_course.backward`, each with a fake (meta) implementation, so that torch.compile traces
+a training step without a graph break and CUDA graphs capture it.
 
 Layout: q is (B, N_q, H_q, D), k and v (B, N_kv, H_kv, D), like flash_attn_func; any strides the
 chosen step accepts (a (B, H, N, D) tensor passed as `x.transpose(1, 2)` is such a view). O comes
 back contiguous (B, N_q, H_q, D), LSE contiguous fp32 (B, H_q, N_q).
 """
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 
@@ -70,16 +71,25 @@ def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
     return o, lse
 
 
-def _forward(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
-    """One attention forward; step < 0: the fastest kernel that accepts the call on this GPU (a production kernel)."""
+def _forward(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, deterministic=False):
+    """One attention forward; step < 0: the fastest kernel that accepts the call on this GPU (a
+    production kernel). `deterministic` is the backward's (every forward is deterministic)."""
     _check(q, k, v)
-    if q.device.index == torch.cuda.current_device():  # the common case skips the device guard's cost
-        return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step)
-    with torch.cuda.device(q.device):
-        return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step)
+    try:
+        if q.device.index == torch.cuda.current_device():  # the common case skips the device guard's cost
+            return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step)
+        with torch.cuda.device(q.device):
+            return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step)
+    except _capi.UnsupportedInputError as e:
+        if return_lse and "does not write LSE" in str(e):  # attention asks for it when a gradient may follow
+            raise _capi.UnsupportedInputError(e.code, f"{e} (step {step}). fa_course.attention asks for the LSE with "
+                                              "return_lse=True and whenever q, k or v requires grad, since the "
+                                              "backward needs it: run this step under torch.no_grad(), or take one "
+                                              "that writes the LSE") from None
+        raise
 
 
-def _forward_fake(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
+def _forward_fake(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, deterministic=False):
     """Shapes and dtypes only, for torch.compile's tracing and meta tensors."""
     b, n_q, h_q, d = q.shape
     o = q.new_empty((b, n_q, h_q, d))
@@ -90,64 +100,169 @@ def _forward_fake(q, k, v, causal, bottom_right, softmax_scale, return_lse, step
 # Registered with the low-level torch.library API: a schema, a kernel for the CUDA (and CPU, which
 # only refuses) dispatch keys, a fake. The @torch.library.custom_op decorator gives the same op with
 # less code, but wraps every call in Python layers that cost about as much again as the op's body
-# (scripts/package_overhead.py measures both).
+# (scripts/package_overhead.py measures both). `deterministic` only travels to the backward; it has
+# a default, so that the eight-argument call of the forward alone keeps its meaning.
 _LIB = torch.library.Library("fa_course", "DEF")
 _LIB.define("forward(Tensor q, Tensor k, Tensor v, bool causal, bool bottom_right, float softmax_scale, "
-            "bool return_lse, int step) -> (Tensor, Tensor)")
+            "bool return_lse, int step, bool deterministic=False) -> (Tensor, Tensor)")
 _LIB.impl("forward", _forward, "CUDA")
 _LIB.impl("forward", _forward, "CPU")  # so that CPU tensors get _check's message, not the dispatcher's
 torch.library.register_fake("fa_course::forward", _forward_fake, lib=_LIB)
 forward = torch.ops.fa_course.forward.default
 
 # ---- autograd ---------------------------------------------------------------------------------
-# Without an autograd kernel PyTorch only warns and q, k, v silently get no gradient from the op.
-# The backward pass is its own op, so that torch.compile traces a graph through it (its fake gives
-# the shapes) and the refusal comes when a gradient is asked for, not when a model is compiled or
-# run for inference with inputs that require grad. The course's backward kernels will implement
-# it; until then it raises.
-BACKWARD_MISSING = ("fa_course.attention has no backward pass yet: the course's backward kernels are not built, so "
-                    "q, k and v cannot get a gradient from it. Run attention under torch.no_grad() (inference), or "
-                    "use an attention that trains (torch.nn.functional.scaled_dot_product_attention; in transformers, "
-                    "attn_implementation='sdpa').")
-
-_LIB.define("backward(Tensor grad_o, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, "
-            "bool bottom_right, float softmax_scale) -> (Tensor, Tensor, Tensor)")
-
-
-def _backward_kernel(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale):
-    raise NotImplementedError(BACKWARD_MISSING)
+# The backward pass is an op of its own, `torch.ops.fa_course.backward`, so that torch.compile
+# traces a training graph through it (its fake gives the shapes) and a CUDA graph captures it: dQ,
+# dK, dV and the library's workspace are allocated with torch.empty, from PyTorch's caching
+# allocator (the graph's private pool during a capture), never by the library.
+#
+# What the forward keeps for it: q, k, v, O and the LSE. `attention` asks the op for the LSE
+# whenever an input requires grad, returned to the caller or not. The op's LSE output carries no
+# gradient (marked non-differentiable): the library's backward takes dO alone. An LSE that
+# `attention` returns to its caller goes through `returned_lse`, whose backward refuses, so that a
+# loss that uses it fails instead of silently losing that part of its gradient.
+LSE_GRADIENT_REFUSED = (
+    "fa_course.attention: gradients through the returned LSE are not supported (the library's backward takes "
+    "dL/dO only), so this loss would get a wrong gradient for q and k. Use lse.detach() where the LSE needs no "
+    "gradient, or compute the LSE-dependent part with an attention that differentiates it.")
 
 
-def _backward_fake(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale):
+def _takes_as_is(t: torch.Tensor) -> bool:
+    """Whether every step's backward reads `t` (B, N, H, D) as it is: unit stride along D, along B,
+    N and H (where the size is above 1) a positive stride that is a multiple of 8 elements (16-byte
+    rows), a 16-byte aligned start. validate_backward's rules, short of the per-step ones."""
+    s = t.stride()
+    return (s[3] == 1 and t.data_ptr() % 16 == 0 and
+            all(n == 1 or (st > 0 and st % 8 == 0) for n, st in zip(t.shape[:3], s[:3])))
+
+
+def _as_taken(t: torch.Tensor) -> torch.Tensor:
+    """`t`, or a dense copy where the backward would refuse its layout: autograd hands dO over in
+    whatever layout the loss made it (a zero-stride broadcast from .sum(), a slice), and a K or V
+    broadcast over the batch, which the production forwards read, has zero strides."""
+    return t if _takes_as_is(t) else t.clone(memory_format=torch.contiguous_format)
+
+
+_HAS_BACKWARD = {}  # step number -> fa_step_has_backward, asked once
+
+
+def _backward_step(step: int) -> int:
+    """The step whose backward runs: a pinned forward step's own when it has one, else the library's
+    choice (FA_STEP_AUTO: the highest-numbered step with a backward that accepts the call)."""
+    if step < 0:
+        return _capi.STEP_AUTO
+    if step not in _HAS_BACKWARD:
+        _HAS_BACKWARD[step] = _capi.has_backward(step)
+    return step if _HAS_BACKWARD[step] else _capi.STEP_AUTO
+
+
+def _check_backward(grad_o, q, k, v, o, lse) -> None:
+    """What the library cannot see in a direct call of the backward op: O, dO and the LSE must be the
+    forward's shapes and dtypes (the library reads them through q's sizes)."""
+    _check(q, k, v)
+    b, n_q, h_q, _ = q.shape
+    for name, t in (("grad_o", grad_o), ("o", o)):
+        if t.shape != q.shape or t.dtype != torch.bfloat16 or t.device != q.device:
+            raise ValueError(f"fa_course.attention backward: {name} must be bfloat16 {tuple(q.shape)} on {q.device}, "
+                             f"got {t.dtype} {tuple(t.shape)} on {t.device}")
+    if lse.shape != (b, h_q, n_q) or lse.dtype != torch.float32 or lse.device != q.device:
+        raise ValueError(f"fa_course.attention backward: lse must be float32 {(b, h_q, n_q)} on {q.device} (the "
+                         f"forward's, return_lse=True), got {lse.dtype} {tuple(lse.shape)} on {lse.device}")
+
+
+def _run_backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic):
+    """The backward op's body, on q's device: dQ, dK, dV in q's, k's and v's layouts (empty_like,
+    as the fake makes them), one fa_backward call on the current stream."""
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    d_o, q, k, v, o = (_as_taken(t) for t in (grad_o, q, k, v, o))
+    lse = lse.contiguous()
+    p = _params(q, k, v, o, lse, causal, bottom_right, softmax_scale)
+    workspace = torch.empty(_capi.backward_workspace_size(p), dtype=torch.uint8, device=q.device)
+    b = _capi.make_backward_params(
+        p, d_o=d_o.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
+        strides=[_strides(d_o), _strides(dq), _strides(dk), _strides(dv)], workspace=workspace.data_ptr(),
+        workspace_bytes=workspace.numel(), deterministic=deterministic)
+    _capi.backward(_backward_step(step), b, _stream(q.device.index))
+    return dq, dk, dv
+
+
+def _backward_kernel(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic):
+    """dL/dq, dL/dk, dL/dv from dL/dO and the forward's O and LSE. With H_kv < H_q the library sums
+    dK and dV over the query heads of each group. step: the forward's (see _backward_step)."""
+    _check_backward(grad_o, q, k, v, o, lse)
+    if q.device.index == torch.cuda.current_device():
+        return _run_backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic)
+    with torch.cuda.device(q.device):
+        return _run_backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic)
+
+
+def _backward_fake(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
+_LIB.define("backward(Tensor grad_o, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, "
+            "bool bottom_right, float softmax_scale, int step, bool deterministic) -> (Tensor, Tensor, Tensor)")
 _LIB.impl("backward", _backward_kernel, "CUDA")
 _LIB.impl("backward", _backward_kernel, "CPU")
 torch.library.register_fake("fa_course::backward", _backward_fake, lib=_LIB)
+backward = torch.ops.fa_course.backward.default
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, bottom_right, softmax_scale, _, _ = inputs
+    q, k, v, causal, bottom_right, softmax_scale, return_lse, step = inputs[:8]
+    deterministic = inputs[8] if len(inputs) > 8 else False
     o, lse = output
+    ctx.mark_non_differentiable(lse)
     ctx.save_for_backward(q, k, v, o, lse)
-    ctx.options = (causal, bottom_right, softmax_scale)
+    ctx.options = (causal, bottom_right, softmax_scale, return_lse, step, deterministic)
 
 
 def _backward(ctx, grad_o, grad_lse):
+    # grad_lse: none can arrive (the LSE output is non-differentiable); see LSE_GRADIENT_REFUSED.
     q, k, v, o, lse = ctx.saved_tensors
-    if grad_o is None:
-        grad_o = torch.zeros_like(o)
-    dq, dk, dv = torch.ops.fa_course.backward.default(grad_o, q, k, v, o, lse, *ctx.options)
-    return dq, dk, dv, None, None, None, None, None
+    causal, bottom_right, softmax_scale, has_lse, step, deterministic = ctx.options
+    if not has_lse:
+        # The op was called directly with return_lse=False (attention asks for the LSE when a
+        # gradient may follow): one more forward, with it.
+        o, lse = forward(q, k, v, causal, bottom_right, softmax_scale, True, step)
+    dq, dk, dv = backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic)
+    need = ctx.needs_input_grad
+    return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
+            None, None, None, None, None, None)
 
 
 torch.library.register_autograd("fa_course::forward", _backward, setup_context=_setup_context, lib=_LIB)
 
 
+# The LSE as `attention` returns it while a gradient may follow: a copy whose backward refuses. It
+# takes q, k and v so that its output requires grad whenever one of them does. (An op returns no
+# view of its input, hence the copy: B·H_q·N_q floats.)
+def _returned_lse(lse, q, k, v):
+    return lse.clone()
+
+
+def _returned_lse_fake(lse, q, k, v):
+    return torch.empty_like(lse)
+
+
+def _refuse_lse_gradient(ctx, grad):
+    raise NotImplementedError(LSE_GRADIENT_REFUSED)
+
+
+_LIB.define("returned_lse(Tensor lse, Tensor q, Tensor k, Tensor v) -> Tensor")
+_LIB.impl("returned_lse", _returned_lse, "CUDA")
+_LIB.impl("returned_lse", _returned_lse, "CPU")
+torch.library.register_fake("fa_course::returned_lse", _returned_lse_fake, lib=_LIB)
+torch.library.register_autograd("fa_course::returned_lse", _refuse_lse_gradient, lib=_LIB)
+
+
+def _needs_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               causal_align: str = "top_left", softmax_scale: Optional[float] = None, return_lse: bool = False,
-              step: Optional[int] = None):
+              step: Optional[int] = None, deterministic: bool = False):
     """softmax(scale · q·kᵀ [+ causal mask]) · v for (B, N, H, D) bf16 CUDA tensors.
 
     causal_align: "top_left" (key j visible to query i when j <= i, PyTorch's is_causal) or
@@ -156,8 +271,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     step: a course step number (fa_course.steps()), or None for the fastest this GPU runs.
     Returns O (B, N_q, H_q, D), or (O, LSE).
 
-    Forward only: with inputs that require grad the op runs, and asking for a gradient through it
-    raises NotImplementedError (fa_course.ops.BACKWARD_MISSING) rather than giving none.
+    Differentiable in q, k and v (torch.ops.fa_course.backward, the library's fa_backward). With
+    step=None the backward is the library's choice; with a pinned step, that step's own backward
+    where it has one, else the library's choice. deterministic: the backward gives bitwise-identical
+    gradients run to run (a step without that mode refuses with UnsupportedInputError). A gradient
+    through the returned LSE raises NotImplementedError (LSE_GRADIENT_REFUSED); under torch.compile
+    already when a compiled function returns the LSE of inputs that require grad, so detach it there.
     """
     if causal_align not in _ALIGNS:
         raise ValueError(f"fa_course.attention: causal_align must be 'top_left' or 'bottom_right', got {causal_align!r}")
@@ -167,9 +286,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if softmax_scale is not None and abs(scale) <= _FP32_ROUNDS_TO_ZERO:
         raise ValueError(f"fa_course.attention: softmax_scale {softmax_scale} rounds to 0 in fp32 (0 asks for the "
                          "default 1/sqrt(D)); the library refuses other non-positive or non-finite scales itself")
-    o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse),
-                     -1 if step is None else int(step))
-    return (o, lse) if return_lse else o
+    grad = _needs_grad(q, k, v)
+    o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse) or grad,
+                     -1 if step is None else int(step), bool(deterministic))
+    if not return_lse:
+        return o
+    return o, (torch.ops.fa_course.returned_lse.default(lse, q, k, v) if grad else lse)
 
 
 def _picked(q, k, v, causal, causal_align, return_lse, what):
@@ -213,8 +335,10 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
 
     Options the course does not have yet refuse with NotImplementedError instead of being ignored:
     dropout_p > 0, a window other than (-1, -1), softcap, alibi_slopes, return_attn_probs.
-    `deterministic` is accepted (the forward is deterministic). Returns out, or (out, lse) with
-    return_lse=True; lse is fp32 (B, H_q, N_q), natural log."""
+    Differentiable in q, k and v, as flash-attn's; `deterministic` is the backward's, as there: dQ
+    bitwise identical run to run (the library's choice is then a step with that mode; it refuses
+    with UnsupportedInputError where none has it). Returns out, or (out, lse) with return_lse=True;
+    lse is fp32 (B, H_q, N_q), natural log, and carries no gradient (one through it raises)."""
     if dropout_p:
         raise _unsupported(f"dropout (dropout_p={dropout_p})")
     if tuple(window_size) != (-1, -1):
@@ -226,4 +350,4 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     if return_attn_probs:
         raise _unsupported("return_attn_probs (the probabilities are never stored; return_lse=True gives the LSE)")
     return attention(q, k, v, causal=causal, causal_align="bottom_right", softmax_scale=softmax_scale,
-                     return_lse=return_lse)
+                     return_lse=return_lse, deterministic=deterministic)

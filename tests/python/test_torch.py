@@ -2,6 +2,7 @@
 every layout, GQA, both causal alignments, LSE; torch.compile(fullgraph=True), opcheck, CUDA graph
 replay, bad inputs. Skipped without PyTorch or a CUDA GPU (the ctest case `python.torch` then
 reports itself skipped, never passed)."""
+import math
 import warnings
 
 import pytest
@@ -150,33 +151,23 @@ def test_opcheck():
 
 
 def test_opcheck_with_inputs_that_require_grad():
-    # The autograd registration and the fake are checked with inputs that require grad; the AOT
-    # check would ask for a gradient, which raises until the backward exists (next test).
+    # Every check, test_aot_dispatch_dynamic included: it compiles the op and compares the gradients
+    # of the sum of its outputs with eager mode's (through torch.ops.fa_course.backward). The LSE
+    # output carries no gradient; with return_lse=False the backward recomputes it.
     q, k, v = (t.requires_grad_() for t in inputs(1, 64, 96, 2, 1, 64, seed=6))
     for return_lse in (False, True):
-        torch.library.opcheck(torch.ops.fa_course.forward.default, (q, k, v, True, False, 0.0, return_lse, -1),
-                              test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+        torch.library.opcheck(torch.ops.fa_course.forward.default, (q, k, v, True, False, 0.0, return_lse, -1))
+    torch.library.opcheck(torch.ops.fa_course.forward.default, (q, k, v, True, True, 0.2, True, -1, False))
 
 
-def test_inference_with_grad_inputs_runs_and_backward_raises():
-    q, k, v = (t.requires_grad_() for t in inputs(1, 100, 120, 4, 2, 128, seed=11))
-    with warnings.catch_warnings():  # the warning PyTorch gives for an op with no autograd kernel
-        warnings.filterwarnings("error", message=".*autograd kernel was not registered.*")
-        out = fa_course.attention(q, k, v, causal=True)
-    assert out.requires_grad and out.grad_fn is not None
-    close(out.detach(), reference(q.detach(), k.detach(), v.detach(), causal=True))
-    with pytest.raises(NotImplementedError, match="no backward pass yet"):
-        out.float().sum().backward()
-    assert q.grad is None and k.grad is None and v.grad is None
-    with torch.no_grad():
-        assert not fa_course.attention(q, k, v).requires_grad
-    # Compiled: the graph traces through the backward op's fake; asking for the gradient raises.
-    torch._dynamo.reset()
-    compiled = torch.compile(Block(0.2), fullgraph=True)
-    q64, k64, v64 = (t.requires_grad_() for t in inputs(1, 64, 64, 2, 2, 64, seed=12))
-    y = compiled(q64, k64, v64)
-    with pytest.raises(NotImplementedError, match="no backward pass yet"):
-        y.float().sum().backward()
+def test_opcheck_backward_op():
+    q, k, v = inputs(1, 64, 96, 2, 1, 64, seed=6)
+    do = torch.randn_like(q)
+    for causal, bottom_right in ((False, False), (True, False), (True, True)):
+        o, lse = torch.ops.fa_course.forward.default(q, k, v, causal, bottom_right, 0.0, True, -1)
+        torch.library.opcheck(torch.ops.fa_course.backward.default,
+                              (do, q, k, v, o, lse, causal, bottom_right, 0.0, -1, False))
+    torch.library.opcheck(torch.ops.fa_course.returned_lse.default, (lse, q, k, v))
 
 
 def test_cuda_graph_replay():
@@ -249,3 +240,281 @@ def test_the_default_path_is_the_librarys_choice():
     assert fa_course.pick_step(q, kb, v) == 100
     close(fa_course.attention(q, kb, v), reference(q, kb.contiguous(), v))
     close(fa_course.attention(q, kb, v, step=10), reference(q, kb.contiguous(), v))
+
+
+# ---- gradients ----------------------------------------------------------------------------------
+# The yardstick of flash-attn's own test suite: for each of dq, dk, dv, the largest error against an
+# fp64 reference is at most twice PyTorch's own in bf16 (plain attention, autograd) plus a small
+# absolute slack, and the error's norm is at most 1% of the gradient's.
+
+
+def math_attention(q, k, v, causal=False, causal_align="top_left", softmax_scale=None):
+    """Attention as plain PyTorch operations in the inputs' dtype, differentiable: in fp64 the
+    reference, in bf16 the yardstick. (B, N, H, D) tensors; a row that sees no key gets O = 0 and no
+    gradient, as in the library."""
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, N, D)
+    group = qt.shape[1] // kt.shape[1]
+    kt, vt = kt.repeat_interleave(group, 1), vt.repeat_interleave(group, 1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
+    s = (qt @ kt.transpose(-1, -2)) * scale
+    n_q, n_kv = s.shape[-2], s.shape[-1]
+    i = torch.arange(n_q, device=s.device)[:, None]
+    j = torch.arange(n_kv, device=s.device)[None, :]
+    hidden = (j > i + (n_kv - n_q if causal_align == "bottom_right" else 0)) if causal else torch.zeros_like(j > i)
+    empty = hidden.all(-1, keepdim=True)  # rows that see no key: kept finite here, zeroed after the softmax
+    p = torch.softmax(s.masked_fill(hidden & ~empty, float("-inf")), dim=-1).masked_fill(empty, 0.0)
+    return (p @ vt).transpose(1, 2)
+
+
+def grads_of(fn, leaves, do):
+    """(O, [d leaf for each leaf]) of fn(*leaves) for the upstream gradient `do`, on fresh leaves."""
+    leaves = [t.detach().clone().requires_grad_() for t in leaves]
+    o = fn(*leaves)
+    o.backward(do.to(o.dtype))
+    return o.detach(), [t.grad for t in leaves]
+
+
+def three_ways(leaves, do, view=lambda *t: t, **opts):
+    """The gradients w.r.t. `leaves` of attention on view(*leaves): ours, PyTorch's bf16 math, fp64."""
+    ours = grads_of(lambda *t: fa_course.attention(*view(*t), **opts), leaves, do)[1]
+    bf16 = grads_of(lambda *t: math_attention(*view(*t), **opts), leaves, do)[1]
+    exact = grads_of(lambda *t: math_attention(*view(*t), **opts), [t.double() for t in leaves], do.double())[1]
+    return ours, bf16, exact
+
+
+def within_yardstick(ours, bf16, exact, names=("dq", "dk", "dv"), what=""):
+    for name, g, pt, ref in zip(names, ours, bf16, exact):
+        assert g is not None and g.dtype == torch.bfloat16 and g.shape == ref.shape, f"{what}{name}"
+        assert torch.isfinite(g).all(), f"{what}{name} is not finite everywhere"
+        err = (g.double() - ref).abs().max().item()
+        pt_err = (pt.double() - ref).abs().max().item()
+        rel = ((g.double() - ref).norm() / ref.norm()).item()
+        assert err <= 2 * pt_err + 1e-3, f"{what}{name}: max |error| {err:.3e} > 2 × PyTorch bf16's {pt_err:.3e} + 1e-3"
+        assert rel <= 1e-2, f"{what}{name}: relative norm error {rel:.3e} > 1e-2"
+
+
+def upstream(q, seed):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    return torch.randn(q.shape, device=DEV, dtype=torch.bfloat16, generator=g)
+
+
+GRAD_SHAPES = [(2, 77, 131, 4, 2, 64), (1, 131, 77, 4, 2, 128), (1, 300, 300, 4, 1, 128), (2, 300, 300, 4, 4, 64),
+               (1, 2048, 2048, 4, 2, 128)]
+
+
+@pytest.mark.parametrize("shape", GRAD_SHAPES, ids=lambda s: "B{}_Nq{}_Nkv{}_H{}_Hkv{}_D{}".format(*s))
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"), (True, "bottom_right")])
+def test_gradients_against_fp64_reference(shape, causal, align):
+    q, k, v = inputs(*shape, seed=30)
+    do = upstream(q, seed=31)
+    ours, bf16, exact = three_ways([q, k, v], do, causal=causal, causal_align=align)
+    within_yardstick(ours, bf16, exact)
+    n_q, n_kv = shape[1], shape[2]
+    if causal and align == "bottom_right" and n_q > n_kv:  # the first N_q − N_kv queries see no key
+        assert torch.equal(ours[0][:, :n_q - n_kv], torch.zeros_like(ours[0][:, :n_q - n_kv]))
+        assert (exact[0][:, :n_q - n_kv] == 0).all()
+
+
+def test_gradients_with_a_scale_and_through_flash_attn_func():
+    q, k, v = inputs(2, 190, 250, 6, 2, 64, seed=32)
+    do = upstream(q, seed=33)
+    ours = grads_of(lambda *t: fa_course.flash_attn_func(*t, softmax_scale=0.3, causal=True), [q, k, v], do)[1]
+    bf16, exact = (grads_of(lambda *t: math_attention(*t, causal=True, causal_align="bottom_right",
+                                                      softmax_scale=0.3), leaves, do)[1]
+                   for leaves in ([q, k, v], [q.double(), k.double(), v.double()]))
+    within_yardstick(ours, bf16, exact)
+
+
+def test_gradients_through_views_broadcasts_and_any_upstream_layout():
+    q, k, v = inputs(2, 200, 333, 4, 2, 64, seed=34)
+    do = upstream(q, seed=35)
+    # (B, H, N, D) storage passed as (B, N, H, D) views: the gradients come back in that storage.
+    bhnd = [t.transpose(1, 2).contiguous() for t in (q, k, v)]
+    ours, bf16, exact = three_ways(bhnd, do, view=lambda *t: [x.transpose(1, 2) for x in t], causal=True)
+    within_yardstick(ours, bf16, exact, what="(B, H, N, D) storage: ")
+    assert all(g.is_contiguous() for g in ours)
+    # Rows padded to 128 elements: the padding gets a zero gradient.
+    wide = [torch.cat([t, t], dim=-1) for t in (q, k, v)]
+    ours, bf16, exact = three_ways(wide, do, view=lambda *t: [x[..., :64] for x in t])
+    within_yardstick([g[..., :64] for g in ours], [g[..., :64] for g in bf16], [g[..., :64] for g in exact],
+                     what="padded rows: ")
+    assert all((g[..., 64:] == 0).all() for g in ours)
+    # K and V broadcast over the batch (zero stride, read by the production forward): their
+    # gradients are summed over it.
+    ours, bf16, exact = three_ways([q, k[:1], v[:1]], do, view=lambda q, k, v: (q, k.expand(2, -1, -1, -1),
+                                                                                 v.expand(2, -1, -1, -1)))
+    within_yardstick(ours, bf16, exact, what="broadcast K, V: ")
+    # dO as autograd hands it over: a broadcast (from .sum()), a slice, (B, H, N, D) storage, an
+    # unaligned start. The backward copies what the library would refuse.
+    shape = q.shape
+    ones = torch.ones((1, 1, 1, 1), device=DEV, dtype=torch.bfloat16).expand(shape)
+    sliced = torch.cat([do, do], dim=-1)[..., :64]
+    transposed = do.transpose(1, 2).contiguous().transpose(1, 2)
+    unaligned = torch.empty(do.numel() + 1, device=DEV, dtype=torch.bfloat16)[1:].view(shape).copy_(do)
+    assert unaligned.data_ptr() % 16 != 0
+    for name, d in (("broadcast", ones), ("slice", sliced), ("transposed", transposed), ("unaligned", unaligned)):
+        ours = grads_of(lambda *t: fa_course.attention(*t), [q, k, v], d)[1]
+        bf16 = grads_of(math_attention, [q, k, v], d.contiguous())[1]
+        exact = grads_of(math_attention, [q.double(), k.double(), v.double()], d.double())[1]
+        within_yardstick(ours, bf16, exact, what=f"dO {name}: ")
+
+
+def test_only_the_inputs_that_require_grad_get_one():
+    q, k, v = inputs(1, 100, 120, 4, 2, 128, seed=36)
+    do = upstream(q, seed=37)
+    full = grads_of(lambda *t: fa_course.attention(*t, causal=True), [q, k, v], do)[1]
+    for which in range(3):
+        leaves = [t.clone() for t in (q, k, v)]
+        leaves[which].requires_grad_()
+        fa_course.attention(*leaves, causal=True).backward(do)
+        for i, t in enumerate(leaves):
+            if i == which:
+                torch.testing.assert_close(t.grad, full[i])
+            else:
+                assert t.grad is None
+    # Inputs that require grad, no gradient asked: the op runs without a warning; under no_grad the
+    # output requires none.
+    q.requires_grad_()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*autograd kernel was not registered.*")
+        out = fa_course.attention(q, k, v, causal=True)
+    assert out.requires_grad and out.grad_fn is not None
+    close(out.detach(), reference(q.detach(), k, v, causal=True))
+    with torch.no_grad():
+        assert not fa_course.attention(q, k, v).requires_grad
+
+
+def test_a_gradient_through_the_returned_lse_raises():
+    q, k, v = (t.requires_grad_() for t in inputs(1, 100, 120, 4, 2, 128, seed=38))
+    do = upstream(q, seed=39)
+    o, lse = fa_course.attention(q, k, v, causal=True, return_lse=True)
+    with torch.no_grad():
+        _, lse_inference = fa_course.attention(q, k, v, causal=True, return_lse=True)
+    assert lse.requires_grad and torch.equal(lse.detach(), lse_inference)
+    with pytest.raises(NotImplementedError, match="returned LSE"):
+        torch.autograd.grad(o.float().sum() + lse.sum(), (q, k, v))
+    o, lse = fa_course.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    with pytest.raises(NotImplementedError, match="returned LSE"):
+        torch.autograd.grad(lse.sum(), (q, k, v))
+    # Returned but not used, or used detached: O's gradient, as without return_lse.
+    o, lse = fa_course.attention(q, k, v, causal=True, return_lse=True)
+    with_lse = torch.autograd.grad((o.float() * do.float()).sum() + lse.detach().sum(), (q, k, v))
+    without = torch.autograd.grad(fa_course.attention(q, k, v, causal=True), (q, k, v), do)
+    for a, b in zip(with_lse, without):
+        torch.testing.assert_close(a, b)
+
+    # Compiled, the refusal comes when the graph is compiled: AOTAutograd traces a gradient for every
+    # output that requires one, used or not. An LSE detached inside the compiled function needs none.
+    def returns_lse(q, k, v):
+        return fa_course.attention(q, k, v, causal=True, return_lse=True)
+
+    def returns_lse_detached(q, k, v):
+        o, lse = fa_course.attention(q, k, v, causal=True, return_lse=True)
+        return o, lse.detach()
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="returned LSE"):
+        torch.compile(returns_lse, fullgraph=True)(q, k, v)
+    o, lse = torch.compile(returns_lse_detached, fullgraph=True)(q, k, v)
+    torch.testing.assert_close(lse, lse_inference, rtol=0, atol=0)
+    for a, b in zip(torch.autograd.grad(o, (q, k, v), do), without):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_pinned_step_runs_its_own_backward_or_the_librarys():
+    from fa_course import _capi, ops
+
+    assert _capi.has_backward(17) and not _capi.has_backward(10)
+    assert ops._backward_step(17) == 17 and ops._backward_step(10) == _capi.STEP_AUTO
+    assert ops._backward_step(-1) == _capi.STEP_AUTO
+    q, k, v = inputs(1, 200, 260, 4, 2, 64, seed=40)
+    do = upstream(q, seed=41)
+    bf16 = grads_of(lambda *t: math_attention(*t, causal=True), [q, k, v], do)[1]
+    exact = grads_of(lambda *t: math_attention(*t, causal=True), [q.double(), k.double(), v.double()], do.double())[1]
+    for step in (17, 10):  # its own backward; step 10 has none: the library's choice
+        ours = grads_of(lambda *t: fa_course.attention(*t, causal=True, step=step), [q, k, v], do)[1]
+        within_yardstick(ours, bf16, exact, what=f"step {step}: ")
+    # Step 17's backward has no deterministic mode: pinned, it refuses rather than run without it.
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    o = fa_course.attention(*leaves, causal=True, step=17, deterministic=True)
+    with pytest.raises(fa_course.UnsupportedInputError, match="no deterministic mode"):
+        o.backward(do)
+    # A step that writes no LSE cannot give the backward one: refused with inputs that require grad,
+    # run under no_grad.
+    no_lse = max(s.number for s in fa_course.steps() if not s.lse)
+    with pytest.raises(fa_course.UnsupportedInputError, match="no_grad"):
+        fa_course.attention(*leaves, step=no_lse)
+    with torch.no_grad():
+        close(fa_course.attention(*leaves, step=no_lse), reference(q, k, v))
+
+
+@pytest.mark.parametrize("shape", [(1, 1024, 1024, 2, 2, 64), (1, 1024, 1024, 4, 1, 128)], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+def test_deterministic_backward_is_bitwise_reproducible(shape, causal):
+    """deterministic=True: bitwise-identical dq, dk, dv call after call, on a shape where 16 KV tiles
+    add into every Q tile's dQ. A refusal fails the test: a step with the mode exists."""
+    q, k, v = (t.requires_grad_() for t in inputs(*shape, seed=42))
+    do = upstream(q, seed=43)
+    runs = [torch.autograd.grad(fa_course.flash_attn_func(q, k, v, causal=causal, deterministic=True), (q, k, v), do)
+            for _ in range(3)]
+    for run in runs[1:]:
+        for name, a, b in zip(("dq", "dk", "dv"), runs[0], run):
+            assert torch.equal(a, b), f"{name} differs between two deterministic backward calls"
+    leaves = [t.detach() for t in (q, k, v)]
+    bf16 = grads_of(lambda *t: math_attention(*t, causal=causal, causal_align="bottom_right"), leaves, do)[1]
+    exact = grads_of(lambda *t: math_attention(*t, causal=causal, causal_align="bottom_right"),
+                     [t.double() for t in leaves], do.double())[1]
+    within_yardstick(runs[0], bf16, exact)
+
+
+def test_compiled_training_step_gives_eager_gradients():
+    q, k, v = (t.requires_grad_() for t in inputs(2, 256, 320, 4, 2, 64, seed=44))
+    w = upstream(q, seed=45)
+
+    def loss_fn(q, k, v):
+        o = fa_course.attention(q, k, v, causal=True, causal_align="bottom_right", softmax_scale=0.1)
+        return (o.float() * w).sum()
+
+    eager_loss = loss_fn(q, k, v)
+    eager = torch.autograd.grad(eager_loss, (q, k, v))
+    torch._dynamo.reset()
+    compiled_loss = torch.compile(loss_fn, fullgraph=True)(q, k, v)
+    compiled = torch.autograd.grad(compiled_loss, (q, k, v))
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-4, atol=1e-2)
+    # The same kernels on the same dO (= w, exactly, either way): dK and dV bit for bit; dQ up to the
+    # order of its fp32 atomic additions, one bf16 rounding step.
+    dq, dk, dv = compiled
+    torch.testing.assert_close(dk, eager[1], rtol=0, atol=0)
+    torch.testing.assert_close(dv, eager[2], rtol=0, atol=0)
+    torch.testing.assert_close(dq, eager[0], rtol=2 ** -7, atol=1e-3 * eager[0].abs().max().item())
+
+
+def test_cuda_graph_captures_a_training_step():
+    """Forward and backward in one captured graph: dQ, dK, dV and the workspace come from PyTorch's
+    allocator (the graph's pool), so the capture holds no cudaMalloc, and replays give eager's grads."""
+    q, k, v = (t.requires_grad_() for t in inputs(1, 256, 256, 4, 2, 64, seed=46))
+    do = upstream(q, seed=47)
+
+    def step():
+        return torch.autograd.grad(fa_course.attention(q, k, v, causal=True), (q, k, v), do)
+
+    side = torch.cuda.Stream()  # warm-up on a side stream, as PyTorch's graph capture asks
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    for seed in (48, 49):
+        with torch.no_grad():
+            for t, n in zip((q, k, v), inputs(1, 256, 256, 4, 2, 64, seed=seed)):
+                t.copy_(n)
+            do.copy_(upstream(q, seed=seed + 100))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = step()
+        torch.testing.assert_close(captured[1], eager[1], rtol=0, atol=0)
+        torch.testing.assert_close(captured[2], eager[2], rtol=0, atol=0)
+        torch.testing.assert_close(captured[0], eager[0], rtol=2 ** -7, atol=1e-3 * eager[0].abs().max().item())

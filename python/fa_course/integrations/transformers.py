@@ -11,8 +11,11 @@ flash-attn's convention), decoding (one query against the cache) and non-causal 
 attention. What it refuses, with a ValueError or fa_course.UnsupportedInputError that says why,
 instead of computing something else: a padding mask (a batch of sequences of different lengths),
 packed sequences, a sliding window or chunked mask, any other mask a model overlays, dropout,
-logit softcapping, attention sinks, another dtype or head dim. Gradients: forward only until the
-course's backward pass exists (asking for one raises NotImplementedError).
+logit softcapping, attention sinks, another dtype or head dim.
+
+Training: query, key and value get their gradients from the course's backward (fa_course.attention
+is differentiable), so a model trains with it as with 'sdpa'. Attention dropout is refused, as
+above: train with the config's attention_dropout = 0.
 """
 from __future__ import annotations
 
