@@ -181,7 +181,8 @@ def backward_params(head_dim=64, workspace_bytes=None, **kw):
 def test_backward_struct_layout_and_workspace():
     assert _capi.lib().fa_backward_params_size() == ctypes.sizeof(_capi.BackwardParams)
     rows = 2 * 4 * 128
-    assert _capi.backward_workspace_size(params()) == rows * 64 * 4 + rows * 4  # dQ in fp32, and D
+    # dQ in fp32, D, the deterministic mode's turnstiles (one int32 per 16 rows: 256 bytes), the LSE in exp2 units
+    assert _capi.backward_workspace_size(params()) == rows * 64 * 4 + rows * 4 + 256 + rows * 4
     with pytest.raises(_capi.InvalidCallError):
         _capi.backward_workspace_size(params(n_q=0))
 
@@ -208,4 +209,11 @@ def test_backward_refusals_say_why_and_launch_nothing():
     b = backward_params()
     b.reserved[0] = 1
     with pytest.raises(_capi.InvalidCallError, match="reserved"):
+        _capi.backward(17, b, 0)
+    b = backward_params()
+    b.deterministic = 1
+    with pytest.raises(_capi.UnsupportedInputError, match="no deterministic mode"):
+        _capi.backward(17, b, 0)
+    b.deterministic = 3
+    with pytest.raises(_capi.InvalidCallError, match="deterministic is 3"):
         _capi.backward(17, b, 0)
