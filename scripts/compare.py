@@ -57,8 +57,9 @@ def fa2_plan(fa2, argv):
 
 def row(pid, label, kind, s, meta, **kw):
     r = dict(provider=pid, label=label, kind=kind, gpu=meta["gpu"], commit=meta["commit"], date=meta["date"])
-    if s:
-        r.update(family=s["family"], B=s["B"], H=s["H"], N_q=s["N"], N_kv=s["N"], D=s["D"], causal=int(s["causal"]))
+    if s:  # an attention shape: a forward unless the caller says backward (a ceiling row has neither)
+        r.update(family=s["family"], B=s["B"], H=s["H"], N_q=s["N"], N_kv=s["N"], D=s["D"], causal=int(s["causal"]),
+                 direction="fwd")
     return dict(r, **kw)
 
 
