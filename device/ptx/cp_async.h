@@ -30,8 +30,7 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* gmem
 /// a copy under 16 bytes may ask for).
 __device__ __forceinline__ void cp_async_4(uint32_t smem_addr, const void* gmem, bool valid) {
   const int src_bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes)
-               : "memory");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes) : "memory");
 }
 
 /// Closes all copies issued since the previous commit into one group.

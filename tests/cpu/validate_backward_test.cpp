@@ -63,9 +63,8 @@ TEST(ValidateBackward, AcceptsAWellFormedCall) {
 TEST(ValidateBackward, WorkspaceIsLinearInN) {
   BackwardParams bp = valid();
   const size_t rows = 2 * 4 * 100, turnstiles = 2 * 4 * 7;  // ⌈100 / 16⌉ = 7 per head
-  EXPECT_EQ(backward_workspace_bytes(bp.fwd),
-            (rows * 64 * 4 + 255) / 256 * 256 + (rows * 4 + 255) / 256 * 256 + (turnstiles * 4 + 255) / 256 * 256 +
-                (rows * 4 + 255) / 256 * 256);
+  EXPECT_EQ(backward_workspace_bytes(bp.fwd), (rows * 64 * 4 + 255) / 256 * 256 + (rows * 4 + 255) / 256 * 256 +
+                                                  (turnstiles * 4 + 255) / 256 * 256 + (rows * 4 + 255) / 256 * 256);
   bp.fwd.seqlen_q *= 2;
   EXPECT_LE(backward_workspace_bytes(bp.fwd), 2 * backward_workspace_bytes(valid().fwd) + 512);
 }
