@@ -266,4 +266,19 @@ std::vector<float> AttentionProblem::lse() const {
   return lse_buf.download();
 }
 
+BackwardParams contiguous_backward_params(const AttentionParams& fwd, const void* d_o, void* dq, void* dk, void* dv,
+                                          void* workspace, size_t workspace_bytes) {
+  BackwardParams bp;
+  bp.fwd = fwd;
+  bp.d_o = d_o;
+  bp.dq = dq;
+  bp.dk = dk;
+  bp.dv = dv;
+  bp.do_stride = bp.dq_stride = bhnd_strides(fwd.heads_q, fwd.seqlen_q, fwd.head_dim);
+  bp.dk_stride = bp.dv_stride = bhnd_strides(fwd.heads_kv, fwd.seqlen_kv, fwd.head_dim);
+  bp.workspace = workspace;
+  bp.workspace_bytes = workspace_bytes;
+  return bp;
+}
+
 }  // namespace fa

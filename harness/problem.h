@@ -50,6 +50,12 @@ std::string to_string(const ProblemShape& s);
 ProblemShape make_shape(int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nkv, int64_t d, bool causal = false,
                         CausalAlign align = CausalAlign::top_left);
 
+// A backward call on the forward call `fwd` (its O and LSE), with dO, dQ, dK and dV contiguous
+// (B, H, N, D) at the given device pointers and the given workspace: what the backward tests and
+// fa2 bench each hand the steps.
+BackwardParams contiguous_backward_params(const AttentionParams& fwd, const void* d_o, void* dq, void* dk, void* dv,
+                                          void* workspace, size_t workspace_bytes);
+
 // The sizes, strides, scale and mask of `s`, with no tensors attached (null pointers).
 AttentionParams shape_params(const ProblemShape& s);
 // The same with stand-in pointers (16-byte aligned, never dereferenced), so fa::validate can judge

@@ -405,14 +405,8 @@ void measure_shape(const Plan& plan, size_t i, std::vector<Point*>& points, Prog
     std::vector<__nv_bfloat16> host(q_elems);
     for (size_t e = 0; e < q_elems; ++e) host[e] = __float2bfloat16(normal_at(ps.seed + 1, e));  // harness/random.h
     d_o.upload(host);
-    bp.d_o = d_o.get();
-    bp.dq = dq.get();
-    bp.dk = dk.get();
-    bp.dv = dv.get();
-    bp.do_stride = bp.dq_stride = bhnd_strides(shape_p.heads_q, shape_p.seqlen_q, shape_p.head_dim);
-    bp.dk_stride = bp.dv_stride = bhnd_strides(shape_p.heads_kv, shape_p.seqlen_kv, shape_p.head_dim);
-    bp.workspace = workspace.get();
-    bp.workspace_bytes = workspace.bytes();
+    bp = contiguous_backward_params(shape_p, d_o.get(), dq.get(), dk.get(), dv.get(), workspace.get(),
+                                    workspace.bytes());
     bp.deterministic = plan.deterministic;
   }
   for (Point* pt : points) {

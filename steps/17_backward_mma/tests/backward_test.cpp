@@ -52,15 +52,8 @@ Gradients make_gradients(const AttentionProblem& prob, unsigned seed) {
   FA_CUDA_CHECK(cudaMemcpy(g.d_o.get(), d_o.data(), q_elems * sizeof(bf16), cudaMemcpyHostToDevice));
   g.workspace = DeviceBuffer<unsigned char>(backward_workspace_bytes(p));
   g.workspace.poison();
-  g.bp.fwd = p;
-  g.bp.d_o = g.d_o.get();
-  g.bp.dq = g.dq.get();
-  g.bp.dk = g.dk.get();
-  g.bp.dv = g.dv.get();
-  g.bp.do_stride = g.bp.dq_stride = bhnd_strides(p.heads_q, p.seqlen_q, p.head_dim);
-  g.bp.dk_stride = g.bp.dv_stride = bhnd_strides(p.heads_kv, p.seqlen_kv, p.head_dim);
-  g.bp.workspace = g.workspace.get();
-  g.bp.workspace_bytes = g.workspace.bytes();
+  g.bp = contiguous_backward_params(p, g.d_o.get(), g.dq.get(), g.dk.get(), g.dv.get(), g.workspace.get(),
+                                    g.workspace.bytes());
   return g;
 }
 

@@ -32,16 +32,8 @@ std::vector<unsigned char> gradient_bits(const AttentionProblem& prob, const Dev
   dk.poison();
   dv.poison();
   workspace.poison();
-  BackwardParams bp;
-  bp.fwd = p;
-  bp.d_o = d_o.get();
-  bp.dq = dq.get();
-  bp.dk = dk.get();
-  bp.dv = dv.get();
-  bp.do_stride = bp.dq_stride = bhnd_strides(p.heads_q, p.seqlen_q, p.head_dim);
-  bp.dk_stride = bp.dv_stride = bhnd_strides(p.heads_kv, p.seqlen_kv, p.head_dim);
-  bp.workspace = workspace.get();
-  bp.workspace_bytes = workspace.bytes();
+  BackwardParams bp =
+      contiguous_backward_params(p, d_o.get(), dq.get(), dk.get(), dv.get(), workspace.get(), workspace.bytes());
   bp.deterministic = deterministic;
   const Status st = testing::the_step().backward(bp, nullptr);
   EXPECT_TRUE(st.ok()) << st.message();
