@@ -14,6 +14,7 @@ the bf16 GEMM and copy ceilings, checked against an fp32 reference and timed the
     python3 scripts/compare.py --fa2 build/fa2 --steps 17 --direction fwd,bwd   # the backward too
 """
 import argparse
+import csv
 import datetime
 import importlib.util
 import json
@@ -450,6 +451,9 @@ def selftest(args, fa2):
     report.write(readme, f"# T\n{report.MARK_BEGIN}\nold table\n{report.MARK_END}\n## After\n")
     res, written = report.write_compare(fake_rows(plan, meta, logs), meta, out, "compare_selftest", readme)
     md, text = report.read(prefix + ".md"), report.read(readme)
+    with open(prefix + ".csv", newline="") as f:  # every attention row says fwd or bwd; a ceiling row neither
+        problems += [f"direction '{r['direction']}' on {r['provider']} {r['N_q']}" for r in csv.DictReader(f)
+                     if r["direction"] not in (("fwd", "bwd") if r["N_q"] else ("",))]
     expect = lambda text, needles, what: [f"{what} lacks '{n}'" for n in needles if n not in text]
     problems += expect(md, ["SDPA cuDNN", "Triton FA2 (seed)", "fa_course.attention (package, step=None)", "07_lse_store @old", "**FAIL**", "**ERROR**", "n/a",
                             "seeds' shape", "÷ SDPA flash / ÷ SDPA cuDNN", "gemm_bf16", "spread between repeats",
