@@ -33,6 +33,17 @@ fa::Strides strides_of(const int64_t (&strides)[4][4], int tensor) {
                      strides[tensor][FA_AXIS_DIM]};
 }
 
+// Why a struct's reserved words are not all zero ("" when they are): a later interface's field
+// that this library cannot honour, or an uninitialised struct.
+template <size_t N>
+std::string nonzero_reserved(const int64_t (&reserved)[N]) {
+  for (size_t i = 0; i < N; ++i)
+    if (reserved[i] != 0)
+      return "reserved[" + std::to_string(i) + "] is " + std::to_string(reserved[i]) +
+             "; reserved fields must be zero (zero-fill the struct)";
+  return "";
+}
+
 // C struct → C++ params. Returns an empty string on success, else why the struct is malformed.
 // (Shape and capability checks are the step's job: fa::validate.)
 std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
@@ -56,10 +67,7 @@ std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
   if (c->dtype != FA_DTYPE_BF16) return "unknown dtype " + std::to_string(c->dtype) + "; supported: 0 (bf16)";
   if (c->causal_align != FA_CAUSAL_TOP_LEFT && c->causal_align != FA_CAUSAL_BOTTOM_RIGHT)
     return "unknown causal_align " + std::to_string(c->causal_align) + "; supported: 0 (top-left), 1 (bottom-right)";
-  for (size_t i = 0; i < sizeof c->reserved / sizeof c->reserved[0]; ++i)
-    if (c->reserved[i] != 0)
-      return "reserved[" + std::to_string(i) + "] is " + std::to_string(c->reserved[i]) +
-             "; reserved fields must be zero (zero-fill the struct)";
+  if (std::string why = nonzero_reserved(c->reserved); !why.empty()) return why;
   p.q = c->q;
   p.k = c->k;
   p.v = c->v;
@@ -122,10 +130,7 @@ std::string convert_backward(const fa_backward_params* c, fa::BackwardParams& p)
     return "struct_size is " + std::to_string(c->struct_size) + "; set it to sizeof(fa_backward_params), " +
            std::to_string(sizeof(fa_backward_params)) + " in this library (C interface version " +
            std::to_string(FA_C_API_VERSION) + ")";
-  for (size_t i = 0; i < sizeof c->reserved / sizeof c->reserved[0]; ++i)
-    if (c->reserved[i] != 0)
-      return "reserved[" + std::to_string(i) + "] is " + std::to_string(c->reserved[i]) +
-             "; reserved fields must be zero (zero-fill the struct)";
+  if (std::string why = nonzero_reserved(c->reserved); !why.empty()) return why;
   if (c->reserved_flags != 0)
     return "reserved_flags is " + std::to_string(c->reserved_flags) + "; it must be zero (zero-fill the struct)";
   if (c->deterministic != 0 && c->deterministic != 1)

@@ -321,7 +321,7 @@ Status validate_backward(const BackwardParams& bp, const Capabilities& caps) {
   const size_t need = backward_workspace_bytes(p);
   if (!bp.workspace || bp.workspace_bytes < need)
     return fail("the backward needs a workspace of " + std::to_string(need) +
-                " bytes (backward_workspace_bytes: dQ's fp32 accumulator and D); got " +
+                " bytes (backward_workspace_bytes: dQ's fp32 accumulator, D, the turnstiles, the LSE copy); got " +
                 std::to_string(bp.workspace_bytes));
   if (!aligned(bp.workspace, 16)) return fail("the workspace must be 16-byte aligned");
   if (Status st = check_address_range("workspace", bp.workspace, u128(need)); !st.ok()) return st;

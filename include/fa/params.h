@@ -114,7 +114,7 @@ struct BackwardParams {
   Strides dk_stride;          ///< strides of dK in elements
   Strides dv_stride;          ///< strides of dV in elements
   /// Scratch memory the caller provides (the backward allocates nothing), at least
-  /// backward_workspace_bytes(fwd) bytes, 16-byte aligned: dQ's fp32 accumulator and D = rowsum(dO∘O).
+  /// backward_workspace_bytes(fwd) bytes, 16-byte aligned; its parts: BackwardWorkspace.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;  ///< the workspace's size in bytes
   /// Bitwise-identical gradients on every run of the same call: the KV tiles' contributions to dQ
@@ -127,18 +127,38 @@ struct BackwardParams {
 /// smallest Q tile any backward config uses, so the size does not depend on the config chosen.
 constexpr int64_t kBackwardTurnstileRows = 16;
 
-/// @brief The scratch memory a backward call on `p`'s sizes needs, in this order, each part rounded
-/// up to 256 bytes: an fp32 (B, H_q, N_q, D) dQ accumulator; an fp32 (B, H_q, N_q) D; the
-/// deterministic mode's turnstiles, one int32 per (B, H_q, ⌈N_q / 16⌉); an fp32 (B, H_q, N_q) copy of
-/// the LSE in exp2 units that the preprocess writes for the kernels that copy it (step 19 on).
-/// O(N), never O(N²); the same with or without `deterministic`, so one allocation serves both.
-inline size_t backward_workspace_bytes(const AttentionParams& p) {
+/// @brief The backward's workspace, part by part: where each starts (bytes from the start of the
+/// workspace, each part rounded up to 256 bytes) and how many elements it holds. In this order: an
+/// fp32 (B, H_q, N_q, D) dQ accumulator; an fp32 (B, H_q, N_q) D; the deterministic mode's
+/// turnstiles, one int32 per (B, H_q, ⌈N_q / 16⌉); an fp32 (B, H_q, N_q) copy of the LSE in exp2
+/// units that the preprocess writes for the kernels that copy it (step 19 on). O(N), never O(N²);
+/// the same with or without `deterministic`, so one allocation serves both.
+struct BackwardWorkspace {
+  size_t dq_accum = 0, delta = 0, turnstiles = 0, lse2 = 0;  ///< byte offsets of the parts
+  size_t dq_accum_count = 0;                                 ///< floats of the dQ accumulator, B·H_q·N_q·D
+  size_t rows = 0;                                           ///< floats of D and of the LSE copy, B·H_q·N_q
+  size_t turnstile_count = 0;                                ///< int32 turnstiles, B·H_q·⌈N_q / 16⌉
+  size_t bytes = 0;                                          ///< the whole workspace
+};
+
+/// @brief The workspace layout of a backward call on `p`'s sizes (see BackwardWorkspace).
+inline BackwardWorkspace backward_workspace(const AttentionParams& p) {
   auto round = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
-  const size_t rows = size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q);
-  const size_t turnstiles = size_t(p.batch) * size_t(p.heads_q) *
-                            ((size_t(p.seqlen_q) + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows);
-  return round(rows * size_t(p.head_dim) * sizeof(float)) + round(rows * sizeof(float)) +
-         round(turnstiles * sizeof(int32_t)) + round(rows * sizeof(float));
+  BackwardWorkspace w;
+  w.rows = size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q);
+  w.dq_accum_count = w.rows * size_t(p.head_dim);
+  w.turnstile_count = size_t(p.batch) * size_t(p.heads_q) *
+                      ((size_t(p.seqlen_q) + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows);
+  w.delta = w.dq_accum + round(w.dq_accum_count * sizeof(float));
+  w.turnstiles = w.delta + round(w.rows * sizeof(float));
+  w.lse2 = w.turnstiles + round(w.turnstile_count * sizeof(int32_t));
+  w.bytes = w.lse2 + round(w.rows * sizeof(float));
+  return w;
+}
+
+/// @brief The scratch memory a backward call on `p`'s sizes needs (backward_workspace(p).bytes).
+inline size_t backward_workspace_bytes(const AttentionParams& p) {
+  return backward_workspace(p).bytes;
 }
 
 /// @brief Result of an API call: success, or failure with a message saying what was wrong.

@@ -221,7 +221,8 @@ def forward(step: int, p: Params, stream: int) -> None:
 
 
 def backward_workspace_size(p: Params) -> int:
-    """Bytes of device scratch memory a backward call on `p`'s sizes needs (dQ's fp32 accumulator and D)."""
+    """Bytes of device scratch memory a backward call on `p`'s sizes needs (dQ's fp32 accumulator, D, the
+    deterministic mode's turnstiles and the LSE in exp2 units; O(N))."""
     err = ctypes.create_string_buffer(_ERR_LEN)
     size = ctypes.c_size_t(0)
     code = lib().fa_backward_workspace_size(ctypes.byref(p), ctypes.byref(size), err, _ERR_LEN)

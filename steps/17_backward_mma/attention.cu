@@ -417,10 +417,12 @@ template <int HEAD_DIM, typename Cfg>
 Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const AttentionParams& p = bp.fwd;
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
-  float* dq_accum = static_cast<float*>(bp.workspace);  // (B, H_q, N_q, D), then D (backward_workspace_bytes)
-  float* delta = reinterpret_cast<float*>(static_cast<char*>(bp.workspace) +
-                                          (size_t(rows) * HEAD_DIM * sizeof(float) + 255) / 256 * 256);
-  FA_CUDA_RETURN(cudaMemsetAsync(dq_accum, 0, size_t(rows) * HEAD_DIM * sizeof(float), stream));
+  // The workspace's parts (include/fa/params.h): dQ's fp32 accumulator and D.
+  const BackwardWorkspace ws = backward_workspace(p);
+  char* const base = static_cast<char*>(bp.workspace);
+  float* dq_accum = reinterpret_cast<float*>(base + ws.dq_accum);
+  float* delta = reinterpret_cast<float*>(base + ws.delta);
+  FA_CUDA_RETURN(cudaMemsetAsync(dq_accum, 0, ws.dq_accum_count * sizeof(float), stream));
   preprocess_kernel<HEAD_DIM><<<unsigned(cdiv(rows, 256)), 256, 0, stream>>>(bp, delta);
   FA_LAUNCH_RETURN();
   constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();

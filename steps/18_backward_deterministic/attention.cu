@@ -440,19 +440,14 @@ template <int HEAD_DIM, typename Cfg>
 Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const AttentionParams& p = bp.fwd;
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
-  auto round = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
-  // The workspace (backward_workspace_bytes): dQ's accumulator (B, H_q, N_q, D), D (B, H_q, N_q),
-  // the turnstiles (B, H_q, ⌈N_q / 16⌉).
-  char* const ws = static_cast<char*>(bp.workspace);
-  float* dq_accum = reinterpret_cast<float*>(ws);
-  float* delta = reinterpret_cast<float*>(ws + round(size_t(rows) * HEAD_DIM * sizeof(float)));
-  int* turnstiles =
-      reinterpret_cast<int*>(ws + round(size_t(rows) * HEAD_DIM * sizeof(float)) + round(size_t(rows) * sizeof(float)));
-  FA_CUDA_RETURN(cudaMemsetAsync(dq_accum, 0, size_t(rows) * HEAD_DIM * sizeof(float), stream));
-  if (bp.deterministic) {
-    const int64_t turns = p.batch * p.heads_q * cdiv(p.seqlen_q, kBackwardTurnstileRows);
-    FA_CUDA_RETURN(cudaMemsetAsync(turnstiles, 0, size_t(turns) * sizeof(int), stream));
-  }
+  // The workspace's parts (include/fa/params.h): dQ's fp32 accumulator, D, and the turnstiles.
+  const BackwardWorkspace ws = backward_workspace(p);
+  char* const base = static_cast<char*>(bp.workspace);
+  float* dq_accum = reinterpret_cast<float*>(base + ws.dq_accum);
+  float* delta = reinterpret_cast<float*>(base + ws.delta);
+  int* turnstiles = reinterpret_cast<int*>(base + ws.turnstiles);
+  FA_CUDA_RETURN(cudaMemsetAsync(dq_accum, 0, ws.dq_accum_count * sizeof(float), stream));
+  if (bp.deterministic) FA_CUDA_RETURN(cudaMemsetAsync(turnstiles, 0, ws.turnstile_count * sizeof(int), stream));
   preprocess_kernel<HEAD_DIM><<<unsigned(cdiv(rows, 256)), 256, 0, stream>>>(bp, delta);
   FA_LAUNCH_RETURN();
   constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();

@@ -80,6 +80,26 @@ TEST(ValidateBackward, DeterministicNeedsAStepThatHasIt) {
   EXPECT_TRUE(st.ok()) << st.message();
 }
 
+// The parts the kernels address: in order, each 256-byte aligned, none overlapping the next, all
+// inside the size validate_backward asks for (a ragged N_q, so no part is a multiple of 256 bytes).
+TEST(ValidateBackward, WorkspacePartsAreAlignedAndDisjoint) {
+  AttentionParams p = valid().fwd;
+  p.seqlen_q = 77;
+  const BackwardWorkspace w = backward_workspace(p);
+  const size_t rows = 2 * 4 * 77;
+  EXPECT_EQ(w.rows, rows);
+  EXPECT_EQ(w.dq_accum_count, rows * 64);
+  EXPECT_EQ(w.turnstile_count, 2u * 4u * 5u);  // ⌈77 / 16⌉ = 5 per head
+  EXPECT_EQ(w.dq_accum, 0u);
+  for (size_t at : {w.delta, w.turnstiles, w.lse2, w.bytes}) EXPECT_EQ(at % 256, 0u) << at;
+  EXPECT_GE(w.delta, w.dq_accum + w.dq_accum_count * 4);
+  EXPECT_GE(w.turnstiles, w.delta + w.rows * 4);
+  EXPECT_GE(w.lse2, w.turnstiles + w.turnstile_count * 4);
+  EXPECT_GE(w.bytes, w.lse2 + w.rows * 4);
+  EXPECT_LT(w.bytes, w.lse2 + w.rows * 4 + 256);
+  EXPECT_EQ(backward_workspace_bytes(p), w.bytes);
+}
+
 TEST(ValidateBackward, NeedsTheForwardsLse) {
   BackwardParams bp = valid();
   bp.fwd.lse = nullptr;
