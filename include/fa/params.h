@@ -134,11 +134,14 @@ constexpr int64_t kBackwardTurnstileRows = 16;
 /// units that the preprocess writes for the kernels that copy it (step 19 on). O(N), never O(N²);
 /// the same with or without `deterministic`, so one allocation serves both.
 struct BackwardWorkspace {
-  size_t dq_accum = 0, delta = 0, turnstiles = 0, lse2 = 0;  ///< byte offsets of the parts
-  size_t dq_accum_count = 0;                                 ///< floats of the dQ accumulator, B·H_q·N_q·D
-  size_t rows = 0;                                           ///< floats of D and of the LSE copy, B·H_q·N_q
-  size_t turnstile_count = 0;                                ///< int32 turnstiles, B·H_q·⌈N_q / 16⌉
-  size_t bytes = 0;                                          ///< the whole workspace
+  size_t dq_accum = 0;         ///< byte offset of dQ's fp32 accumulator
+  size_t delta = 0;            ///< byte offset of D
+  size_t turnstiles = 0;       ///< byte offset of the turnstiles
+  size_t lse2 = 0;             ///< byte offset of the LSE in exp2 units
+  size_t dq_accum_count = 0;   ///< floats of the dQ accumulator, B·H_q·N_q·D
+  size_t rows = 0;             ///< floats of D and of the LSE copy, B·H_q·N_q
+  size_t turnstile_count = 0;  ///< int32 turnstiles, B·H_q·⌈N_q / 16⌉
+  size_t bytes = 0;            ///< the whole workspace
 };
 
 /// @brief The workspace layout of a backward call on `p`'s sizes (see BackwardWorkspace).
