@@ -11,6 +11,7 @@
 //                      (queries, keys) tile: dS for dQ = dS·K, whose rows are queries
 //   mma_pv_cols        O += P·V[:, c0 .. c0 + C): the P·V product on a slice of V's columns
 //   atomic_add_rows    a warp's fp32 rows added into global memory with atomics (dQ's accumulator)
+//   atomic_add_rows_x2 the same sum, two adjacent columns per 8-byte vector atomic (sm_90)
 #pragma once
 
 #include <cstdint>
@@ -84,6 +85,32 @@ __device__ __forceinline__ void atomic_add_rows(float* dst, int64_t stride, cons
     for (int e = 0; e < 4; ++e) {
       const int row = row0 + ptx::mma_c_row(lane, e);
       if (row < valid_rows) atomicAdd(dst + row * stride + col0 + f * 8 + ptx::mma_c_col(lane, e), scale * x.c[f][e]);
+    }
+}
+
+/// atomic_add_rows with half the atomic instructions: a lane's elements e and e + 1 of a fragment
+/// are one row's columns 2t and 2t + 1, so on sm_90 they go out as one 8-byte vector atomic
+/// (REDG.E.ADD.F32x2: `atomicAdd(float2*, float2)`); before sm_90, which has no vector float
+/// atomic, as two scalar ones. dst + row·stride + col0 must be 8-byte aligned for every row
+/// (dst 8-byte aligned, stride and col0 even).
+template <int C>
+__device__ __forceinline__ void atomic_add_rows_x2(float* dst, int64_t stride, const Acc<C>& x, float scale, int row0,
+                                                   int col0, int valid_rows) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int f = 0; f < C / 8; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int row = row0 + ptx::mma_c_row(lane, e);
+      float* const d = dst + row * stride + col0 + f * 8 + ptx::mma_c_col(lane, e);
+      if (row < valid_rows) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        atomicAdd(reinterpret_cast<float2*>(d), make_float2(scale * x.c[f][e], scale * x.c[f][e + 1]));
+#else
+        atomicAdd(d, scale * x.c[f][e]);
+        atomicAdd(d + 1, scale * x.c[f][e + 1]);
+#endif
+      }
     }
 }
 

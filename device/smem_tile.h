@@ -129,6 +129,14 @@ __device__ __forceinline__ SmemTile<ROWS, Layout> next_tile(SmemTile<ROWS, Layou
   return {t.ptr + index * ROWS * Layout::kRowElems};
 }
 
+/// Rows [SUB·index, SUB·index + SUB) of a tile, as a tile of their own (SUB a multiple of 8, so the
+/// swizzle's row pattern, r % 8, is the same in the view: a plain pointer offset).
+template <int SUB, int ROWS, typename Layout>
+__device__ __forceinline__ SmemTile<SUB, Layout> row_block(SmemTile<ROWS, Layout> t, int index) {
+  static_assert(SUB % 8 == 0 && ROWS % SUB == 0, "whole 8-row groups of the tile");
+  return {t.ptr + index * SUB * Layout::kRowElems};
+}
+
 // Each thread copies 16-byte chunks; all NUM_THREADS threads together copy ROWS_PER_PASS rows per
 // pass. As ROWS_PER_PASS is a multiple of 8, a thread's chunk has the same swizzle in every pass
 // and its shared offset steps by a constant.

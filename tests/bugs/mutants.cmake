@@ -14,7 +14,7 @@
 #   Args: <extra arguments>           optional, e.g. Args: --fa_large (the >2^31-element suite)
 #   Static: [REQUIRE <ins>...] [FORBID <ins>...] [MIN_COUNT <INS:N>...] [MAX_COUNT <INS:N>...]
 #           [HMMA_PER_KV_TILE <n>]
-#           [KERNEL <regex>]
+#           [KERNEL <regex>] [ARCH <regex>]
 #                                     a SASS check instead
 #   Symptom: fault                    optional: the bug is expected to fault (e.g. an out-of-bounds
 #                                     access), so a crash counts as caught
@@ -62,7 +62,8 @@ function(fa_patch_step_number out patch)
 endfunction()
 
 function(fa_add_mutant nn bug)
-  cmake_parse_arguments(A "STATIC" "FILTER;KERNEL;PATCH;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;MAX_COUNT;ARGS" ${ARGN})
+  cmake_parse_arguments(A "STATIC" "FILTER;KERNEL;ARCH;PATCH;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;MAX_COUNT;ARGS"
+                        ${ARGN})
   set(patch ${A_PATCH})
   fa_patched_step(obj ${nn} mutant ${bug} ${patch})
   set(name bug.${nn}-${bug})
@@ -74,9 +75,11 @@ function(fa_add_mutant nn bug)
         list(APPEND args ${kw} ${A_${kw}})
       endif()
     endforeach()
-    if(A_KERNEL)
-      list(APPEND args KERNEL ${A_KERNEL})
-    endif()
+    foreach(kw KERNEL ARCH)
+      if(A_${kw})
+        list(APPEND args ${kw} ${A_${kw}})
+      endif()
+    endforeach()
     fa_sass_check_command(cmd ${obj} ${args})
     add_test(NAME ${name} COMMAND ${runner} "*" ${cmd})
     set_tests_properties(${name} PROPERTIES LABELS "bug;static;step${nn}")

@@ -15,12 +15,13 @@ target_link_libraries(fa_sass_check PRIVATE GTest::gtest)
 
 # fa_sass_check_command(<out-var> <objects target> [REQUIRE <ins>...] [FORBID <ins>...]
 #                       [MIN_COUNT <INS:N>...] [MAX_COUNT <INS:N>...] [HMMA_PER_KV_TILE <BLOCK_N>]
-#                       [KERNEL <regex>])
+#                       [KERNEL <regex>] [ARCH <regex>])
 # Every kernel is checked for local memory (spills); REQUIRE, FORBID, MIN_COUNT, MAX_COUNT and HMMA_PER_KV_TILE
 # (each kernel has the 2·(D/16)·(BLOCK_N/8) HMMA of one K/V tile; BLOCK_N for kernels whose name
-# has no Config) apply to the kernels whose name matches KERNEL (all of them by default).
+# has no Config) apply to the kernels whose name matches KERNEL (all of them by default), of the
+# architectures matching ARCH (sm_90: rules for an instruction only sm_90 has; all by default).
 function(fa_sass_check_command out target)
-  cmake_parse_arguments(A "" "KERNEL;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;MAX_COUNT" ${ARGN})
+  cmake_parse_arguments(A "" "KERNEL;ARCH;HMMA_PER_KV_TILE" "REQUIRE;FORBID;MIN_COUNT;MAX_COUNT" ${ARGN})
   if(A_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "static check of ${target}: unexpected arguments '${A_UNPARSED_ARGUMENTS}'")
   endif()
@@ -42,6 +43,9 @@ function(fa_sass_check_command out target)
   endif()
   if(A_KERNEL)
     list(APPEND cmd --kernel=${A_KERNEL})
+  endif()
+  if(A_ARCH)
+    list(APPEND cmd --arch=${A_ARCH})
   endif()
   set(${out} ${cmd} PARENT_SCOPE)
 endfunction()

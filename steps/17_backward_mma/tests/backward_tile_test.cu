@@ -187,13 +187,17 @@ TEST(BackwardTile, MmaPvColsTakesItsSliceOfV) {
 
 // ---- atomic_add_rows: dst[(row0 + r)·stride + col0 + c] += scale·x[r][c], rows < valid_rows -------
 
-template <int C>
+// X2: atomic_add_rows_x2, the same sum with two columns per vector atomic (step 21 on).
+template <int C, bool X2>
 __global__ void atomic_add_rows_kernel(float* dst, int64_t stride, const float* x, float scale, int row0, int col0,
                                        int valid_rows) {
-  atomic_add_rows(dst, stride, read_acc<C>(x), scale, row0, col0, valid_rows);
+  if constexpr (X2)
+    atomic_add_rows_x2(dst, stride, read_acc<C>(x), scale, row0, col0, valid_rows);
+  else
+    atomic_add_rows(dst, stride, read_acc<C>(x), scale, row0, col0, valid_rows);
 }
 
-template <int C>
+template <int C, bool X2 = false>
 void check_atomic_add_rows(Rng& rng) {
   const int64_t stride = 2 * C + 8;  // columns outside [col0, col0 + C) are not the warp's
   constexpr int kRows = 48;
@@ -205,7 +209,7 @@ void check_atomic_add_rows(Rng& rng) {
     SCOPED_TRACE("C " + std::to_string(C) + ", row0 " + std::to_string(row0) + ", col0 " + std::to_string(col0) +
                  ", valid rows " + std::to_string(valid));
     dst.upload(base);
-    atomic_add_rows_kernel<C><<<1, kLanes>>>(dst.get(), stride, dx.get(), scale, row0, col0, valid);
+    atomic_add_rows_kernel<C, X2><<<1, kLanes>>>(dst.get(), stride, dx.get(), scale, row0, col0, valid);
     finish();
     const std::vector<float> got = dst.download();
     for (int row = 0; row < kRows; ++row)
@@ -224,6 +228,13 @@ TEST(BackwardTile, AtomicAddRowsAddsTheScaledTileBelowValidRowsOnly) {
   Rng rng(175);
   check_atomic_add_rows<32>(rng);
   check_atomic_add_rows<64>(rng);
+}
+
+TEST(BackwardTile, AtomicAddRowsX2AddsTheSameSumTwoColumnsAtATime) {
+  FA_REQUIRE_GPU();
+  Rng rng(176);
+  check_atomic_add_rows<32, true>(rng);
+  check_atomic_add_rows<64, true>(rng);
 }
 
 }  // namespace
