@@ -464,6 +464,8 @@ def selftest(args, fa2):
     problems += expect(text, [report.MARK_BEGIN + "\nbf16 forward", "00_naive", report.MARK_END + "\n## After"] +
                        ["_tflops.png)"] * ("matplotlib" in sys.modules), "README")
     problems += ["README block not replaced"] * ("old table" in text)
+    problems += [f"the raw bench CSV of --name {n} would overwrite the comparison's" for n in
+                 ("compare_x", "backward_x") if bench_csv_name(n) == n]
     main(["--from-csv", prefix + ".csv", "--readme", readme])
     problems += ["--from-csv does not reproduce the report"] * (report.read(prefix + ".md") != md)
     main(["--from-csv", prefix + ".csv", "--pair", "step07@old,step07"])
@@ -480,6 +482,12 @@ def selftest(args, fa2):
         log(f"[selftest] PROBLEM: {p}")
     log(f"[selftest] {'FAILED' if problems else 'ok'}: {len(res.providers)} providers, {len(written)} files in {out}")
     return 1 if problems else 0
+
+
+def bench_csv_name(name):
+    """The raw fa2 bench CSV's file stem beside the comparison `name`: compare_X -> bench_X, any other
+    name -> name_bench (never `name` itself, which would overwrite the comparison's own CSV)."""
+    return name.replace("compare_", "bench_", 1) if name.startswith("compare_") else name + "_bench"
 
 
 def main(argv=None):
@@ -526,7 +534,7 @@ def main(argv=None):
     name = args.name or f"compare_{slug}" + ("_quick" if args.quick else "")
     log("[compare] wrote " + ", ".join(report.write_compare(rows, meta, out, name, readme)[1]))
     if raw:  # this build's fa2 bench rows over the whole sweep, as fa2 bench --csv writes them
-        report.write_csv(raw, os.path.join(out, name.replace("compare_", "bench_", 1) + ".csv"), list(raw[0]))
+        report.write_csv(raw, os.path.join(out, bench_csv_name(name) + ".csv"), list(raw[0]))
     failed = [r for r in rows if r["status"] in report.FAILED]
     for r in failed:
         log(f"[compare] FAILED: {r['label']}, B={r['B']} H={r['H']} N={r['N_q']} D={r['D']}: {r['note']}")
