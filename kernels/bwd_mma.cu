@@ -1,8 +1,9 @@
 // The production backward on mma.sync (any sm_80+ GPU), generalised from step 21 (128 keys per
 // block, the Q tile walked 16 queries at a time, two stages of Q/dO/LSE/D in flight, dQ through
 // fp32 vector atomics on sm_90, the deterministic mode's turnstiles). Not a lesson: the steps
-// never include it. Both production kernels register it as their backward (kernels/fwd_mma.cu,
-// kernels/fwd_hopper.cu) until a Hopper backward exists. What the lesson hard-wired is a policy:
+// never include it. It is built and checked on its SASS; the production kernels (kernels/fwd_mma.cu,
+// kernels/fwd_hopper.cu) register it as their backward once step 17's and 18's backward tests have
+// run on it on a GPU (until a Hopper backward exists). What the lesson hard-wired is a policy:
 //
 //   Mask      which Q tiles see a KV tile, and the element test the backward re-applies
 //             (kernels/mask.h): by default the call's causal flag, either alignment, as the steps.

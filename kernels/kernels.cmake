@@ -28,8 +28,10 @@ foreach(d IN LISTS FA_HEAD_DIMS)
 endforeach()
 
 # The production backward (kernels/bwd_mma.cu, from step 21): one object library for every
-# architecture the build targets, registered by both production kernels (their backward), linked
-# wherever they are.
+# architecture the build targets, linked wherever the production kernels are. Built and checked
+# on its SASS (below); the production kernels register it as their backward, with step 17's and
+# 18's backward tests in their test programs, once those tests have run on a GPU. Until then the
+# library's choice of backward is step 21.
 add_library(fa_kernel_bwd_mma OBJECT ${CMAKE_SOURCE_DIR}/kernels/bwd_mma.cu)
 target_link_libraries(fa_kernel_bwd_mma PUBLIC fa_library)
 target_compile_definitions(fa_kernel_bwd_mma PRIVATE FA_KERNEL_HEAD_DIM_MASK=${fa_head_dim_mask}ull)
@@ -85,16 +87,11 @@ function(fa_production_kernel name source)
   endif()
 endfunction()
 
-# The backward's tests, as on steps 17-21: against the fp64 reference in both modes, and bit-for-bit
-# repeatable in the deterministic one.
-set(fa_backward_tests ${CMAKE_SOURCE_DIR}/steps/17_backward_mma/tests/backward_test.cpp
-                      ${CMAKE_SOURCE_DIR}/steps/18_backward_deterministic/tests/deterministic_test.cpp)
-
 # Step 10's rules, which the default policies must keep: tensor cores, ldmatrix, cp.async, no
 # local memory, and every kernel the HMMAs of one K/V tile.
 fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10
   STATIC REQUIRE HMMA LDSM LDGSTS HMMA_PER_KV_TILE 64:2 KERNEL attention_kernel
-  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_mma_test.cpp ${fa_backward_tests})
+  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_mma_test.cpp)
 
 # Step 16's rules (sm_90a alone): wgmma, TMA loads and stores, mbarriers, setmaxnreg, no mma.sync
 # or cp.async, and step 16's instruction counts per configuration, UTMASTG included.
@@ -102,7 +99,7 @@ fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16
   INS HGMMA UTMALDG UTMASTG MUFU.EX2 BAR.SYNC FENCE.VIEW.ASYNC.S
   STATIC REQUIRE HGMMA UTMALDG UTMASTG SYNCS USETMAXREG FORBID HMMA LDSM LDGSTS MAX_COUNT WARPGROUP.ARRIVE:4
          KERNEL attention_kernel
-  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_hopper_test.cpp ${fa_backward_tests})
+  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_hopper_test.cpp)
 
 # The backward's rules: step 21's (tensor cores, ldmatrix, cp.async, no local memory; on sm_90 dQ
 # through vector atomics only), and step 21's instruction counts per configuration.

@@ -13,8 +13,9 @@ constexpr int kProductionMma = 100;
 constexpr int kProductionHopper = 101;
 
 namespace bwd {
-/// The production backward on mma.sync (kernels/bwd_mma.cu, generalised from step 21): the
-/// backward both production kernels register, on any sm_80+ GPU.
+/// The production backward on mma.sync (kernels/bwd_mma.cu, generalised from step 21), for any
+/// sm_80+ GPU: built and SASS-checked; the production kernels register it once its GPU tests
+/// have run.
 Status backward(const BackwardParams& bp, cudaStream_t stream);
 /// What it supports: the forward's common capabilities and the deterministic mode.
 Capabilities backward_caps();
