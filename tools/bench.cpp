@@ -435,7 +435,9 @@ void measure_shape(const Plan& plan, size_t i, std::vector<Point*>& points, Prog
       pt->status = "skipped";
       pt->note = buf;
     } else {
-      pt->config = describe_config(st, p);
+      // The tuner's configuration is the forward's; a backward has its own fixed one per head dim,
+      // which the step's lesson states, so a backward row names no configuration.
+      pt->config = pt->backward ? "backward (the step's own configuration)" : describe_config(st, p);
       pt->timing = fit_to_budget(plan.timing, probe, plan.point_budget_ms);
       ready.push_back({pt, p});
       continue;
