@@ -134,6 +134,7 @@ __device__ __forceinline__ SmemTile<ROWS, Layout> next_tile(SmemTile<ROWS, Layou
 template <int SUB, int ROWS, typename Layout>
 __device__ __forceinline__ SmemTile<SUB, Layout> row_block(SmemTile<ROWS, Layout> t, int index) {
   static_assert(SUB % 8 == 0 && ROWS % SUB == 0, "whole 8-row groups of the tile");
+  static_assert(Layout::kRowPitch == Layout::kRowElems, "rows one after another (not a panelled layout)");
   return {t.ptr + index * SUB * Layout::kRowElems};
 }
 

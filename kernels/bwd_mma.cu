@@ -224,8 +224,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
         }
       __syncthreads();  // the whole block is after the acquire
     }
-    // Two adjacent columns per atomic: dQ's accumulator rows are HEAD_DIM floats from a 256-byte
-    // aligned base and col0 is a multiple of 16, so every pair is 8-byte aligned.
+    // Two adjacent columns per atomic: dQ's accumulator rows are HEAD_DIM floats from the start of
+    // the workspace (16-byte aligned, validated) and col0 is a multiple of 16, so every pair is
+    // 8-byte aligned.
     atomic_add_rows_x2(dq_accum + (bh * n_q + m_start) * HEAD_DIM, HEAD_DIM, dq, scale_log2 / kLog2e, row_tile * 16,
                        col0, n_q - m_start);
     if constexpr (DETERMINISTIC) {
@@ -261,6 +262,12 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
   // The workspace's parts (include/fa/params.h): dQ's fp32 accumulator, D, the turnstiles, and the
   // LSE in exp2 units.
+  // Shared memory first, before anything is written: at D = 128 a block needs 104.5 KB, more than
+  // GPUs of compute capability 8.6 and 8.9 give one (99 KB), and there the call is refused as
+  // unsupported, so that the library's choice moves on to a kernel that fits.
+  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
+  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true> : backward_kernel<HEAD_DIM, Cfg, false>;
+  if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
   const BackwardWorkspace ws = backward_workspace(p);
   char* const base = static_cast<char*>(bp.workspace);
   float* dq_accum = reinterpret_cast<float*>(base + ws.dq_accum);
@@ -271,9 +278,6 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   if (bp.deterministic) FA_CUDA_RETURN(cudaMemsetAsync(turnstiles, 0, ws.turnstile_count * sizeof(int), stream));
   preprocess_kernel<HEAD_DIM><<<unsigned(cdiv(rows, 256)), 256, 0, stream>>>(bp, delta, lse2);
   FA_LAUNCH_RETURN();
-  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
-  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true> : backward_kernel<HEAD_DIM, Cfg, false>;
-  if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
   const dim3 grid(unsigned(cdiv(p.seqlen_kv, Cfg::BLOCK_N)), unsigned(p.batch * p.heads_kv));
   kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(bp, delta, lse2, dq_accum, turnstiles, p.effective_scale() * kLog2e,
                                                    p.causal_offset());

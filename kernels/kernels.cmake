@@ -107,7 +107,7 @@ if(FA_BUILD_TESTS)
   fa_sass_check_command(cmd fa_kernel_bwd_mma REQUIRE HMMA LDSM LDGSTS KERNEL backward_kernel)
   add_test(NAME static.kernels.bwd_mma COMMAND ${cmd})
   set_tests_properties(static.kernels.bwd_mma PROPERTIES LABELS "static;kernels")
-  fa_sass_check_command(cmd fa_kernel_bwd_mma ARCH sm_90 MIN_COUNT REDG.E.ADD.F32x2:8 FORBID REDG.E.ADD.F32.FTZ
+  fa_sass_check_command(cmd fa_kernel_bwd_mma ARCH sm_90a? MIN_COUNT REDG.E.ADD.F32x2:8 FORBID REDG.E.ADD.F32
                         KERNEL backward_kernel)
   add_test(NAME static.kernels.bwd_mma.vector_atomics COMMAND ${cmd})
   set_tests_properties(static.kernels.bwd_mma.vector_atomics PROPERTIES LABELS "static;kernels" SKIP_RETURN_CODE 77)

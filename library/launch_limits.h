@@ -29,6 +29,7 @@ constexpr int64_t kTileMaxBatchHeads = int64_t(65535) * 65535;
 
 /// Sets a kernel's dynamic shared memory limit to `bytes` (a kernel must opt in above 48 KiB) once
 /// per device and kernel, not on every launch: the attribute call costs host time on each call.
+/// More than the GPU gives one block is refused as Unsupported, with both numbers.
 Status opt_in_shared_memory(const void* kernel, int bytes);
 
 /// How many blocks of `kernel` (with `threads` threads and `smem_bytes` of dynamic shared memory)

@@ -482,6 +482,12 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
   // The workspace's parts (include/fa/params.h): dQ's fp32 accumulator, D, the turnstiles, and the
   // LSE in exp2 units.
+  // Shared memory first, before anything is written: at D = 128 a block needs 104.5 KB, more than
+  // GPUs of compute capability 8.6 and 8.9 give one (99 KB), and there the call is refused as
+  // unsupported, so that the library's choice moves on to an earlier step.
+  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
+  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true> : backward_kernel<HEAD_DIM, Cfg, false>;
+  if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
   const BackwardWorkspace ws = backward_workspace(p);
   char* const base = static_cast<char*>(bp.workspace);
   float* dq_accum = reinterpret_cast<float*>(base + ws.dq_accum);
@@ -492,9 +498,6 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   if (bp.deterministic) FA_CUDA_RETURN(cudaMemsetAsync(turnstiles, 0, ws.turnstile_count * sizeof(int), stream));
   preprocess_kernel<HEAD_DIM><<<unsigned(cdiv(rows, 256)), 256, 0, stream>>>(bp, delta, lse2);
   FA_LAUNCH_RETURN();
-  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
-  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true> : backward_kernel<HEAD_DIM, Cfg, false>;
-  if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
   const dim3 grid(unsigned(cdiv(p.seqlen_kv, Cfg::BLOCK_N)), unsigned(p.batch * p.heads_kv));
   kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(bp, delta, lse2, dq_accum, turnstiles, p.effective_scale() * kLog2e,
                                                    p.causal_offset());

@@ -12,7 +12,9 @@
 #                       300) and was killed. A patch whose header has `Symptom: hang` expects
 #                       exactly that (a wait for an mbarrier phase that never completes), and is
 #                       then given 30 seconds: its hang is its kill, reported as such.
-#   NOT RUN   (exit 77) every selected test was skipped (no GPU): ctest reports the case skipped
+#   NOT RUN   (exit 77) every selected test was skipped (no GPU), or the program ran none and exited
+#                       77 (a SASS check for an architecture the build has no code for): ctest
+#                       reports the case skipped
 #   ERROR     (exit 1)  the filter selects no test
 #
 # The last line is `MUTANT <name>: <verdict> — <first failure line>`.
@@ -116,6 +118,11 @@ if [ $crashed = 1 ]; then
 fi
 if [ "$asserted" -gt 0 ]; then
   verdict KILLED 0 "$first"
+fi
+# A program that ran no test and exited 77 said it could not check anything here (a SASS check
+# whose architecture this build has no code for).
+if [ "$rc" -eq 77 ] && [ "$ran" -eq 0 ]; then
+  verdict "NOT RUN" 77 "$(printf '%s\n' "$out" | tail -n 1)"
 fi
 if [ "$failed" -gt 0 ] || [ "$rc" -ne 0 ]; then
   verdict CRASHED 1 "exit $rc with $failed failed test(s) and no failed assertion"

@@ -111,7 +111,7 @@ std::vector<Shape> shapes() {
   std::vector<Shape> out;
   for (int64_t n_q : {1, 17, 100, 257})
     for (int64_t n_kv : {1, 17, 100, 257})
-      for (int bm : {64, 128})
+      for (int bm : {16, 32, 64, 128})
         for (int bn : {32, 64, 128}) out.push_back({n_q, n_kv, bm, bn});
   return out;
 }
