@@ -206,7 +206,11 @@ const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
                                             At<128, Config<128, 32, 3>>{},  // 32-key tiles: fewer registers
                                             At<128, Config<128, 32, 2>>{}));
 
-const Capabilities kCaps = forward_caps({64, 128});  // step 10's: nothing beyond the common ones
+const Capabilities kCaps = [] {
+  Capabilities c = forward_caps({64, 128});  // step 10's: nothing beyond the common ones,
+  c.deterministic_backward = true;           // and the production backward's deterministic mode
+  return c;
+}();
 
 }  // namespace
 
@@ -218,6 +222,6 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
 FA_REGISTER_STEP({kProductionMma, "kernel_mma", /*base=*/10,
                   "the production forward on mma.sync: step 10 with its mask, score hook, scheduler and epilogue "
                   "as policies",
-                  kCaps, &forward, ""})
+                  kCaps, &forward, "", &bwd::backward})
 
 }  // namespace fa::kernels::mma

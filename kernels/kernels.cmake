@@ -27,6 +27,15 @@ foreach(d IN LISTS FA_HEAD_DIMS)
   math(EXPR fa_head_dim_mask "${fa_head_dim_mask} | (1 << (${d} / 8))" OUTPUT_FORMAT HEXADECIMAL)
 endforeach()
 
+# The production backward (kernels/bwd_mma.cu, from step 21): one object library for every
+# architecture the build targets, registered by both production kernels (their backward), linked
+# wherever they are.
+add_library(fa_kernel_bwd_mma OBJECT ${CMAKE_SOURCE_DIR}/kernels/bwd_mma.cu)
+target_link_libraries(fa_kernel_bwd_mma PUBLIC fa_library)
+target_compile_definitions(fa_kernel_bwd_mma PRIVATE FA_KERNEL_HEAD_DIM_MASK=${fa_head_dim_mask}ull)
+target_compile_options(fa_kernel_bwd_mma PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=177>)
+set_property(GLOBAL APPEND PROPERTY FA_KERNEL_TARGETS fa_kernel_bwd_mma)
+
 # fa_production_kernel(<name> <source> [ARCH <architectures>] [SAME_AS_STEP <NN>] [INS <instruction>...]
 #                      [STATIC <sass_check rules>...] [TESTS <sources>...])
 # ARCH as in fa_step. SAME_AS_STEP: the static check that every configuration both compile has the
@@ -54,7 +63,8 @@ function(fa_production_kernel name source)
     return()
   endif()
   add_executable(fa_test_kernel_${name} ${A_TESTS} ${CMAKE_SOURCE_DIR}/steps/06_autotune/tests/autotune_test.cpp)
-  target_link_libraries(fa_test_kernel_${name} PRIVATE fa_gpu_suite fa_kernel_${name} fa_harness GTest::gtest)
+  target_link_libraries(fa_test_kernel_${name} PRIVATE fa_gpu_suite fa_kernel_${name} fa_kernel_bwd_mma fa_harness
+                                                       GTest::gtest)
   gtest_discover_tests(fa_test_kernel_${name} TEST_PREFIX "kernels.${name}." DISCOVERY_TIMEOUT 60
                        DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "gpu")
   fa_sass_check_command(cmd fa_kernel_${name} ${A_STATIC})
@@ -75,11 +85,16 @@ function(fa_production_kernel name source)
   endif()
 endfunction()
 
+# The backward's tests, as on steps 17-21: against the fp64 reference in both modes, and bit-for-bit
+# repeatable in the deterministic one.
+set(fa_backward_tests ${CMAKE_SOURCE_DIR}/steps/17_backward_mma/tests/backward_test.cpp
+                      ${CMAKE_SOURCE_DIR}/steps/18_backward_deterministic/tests/deterministic_test.cpp)
+
 # Step 10's rules, which the default policies must keep: tensor cores, ldmatrix, cp.async, no
 # local memory, and every kernel the HMMAs of one K/V tile.
 fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10
   STATIC REQUIRE HMMA LDSM LDGSTS HMMA_PER_KV_TILE 64:2 KERNEL attention_kernel
-  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_mma_test.cpp)
+  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_mma_test.cpp ${fa_backward_tests})
 
 # Step 16's rules (sm_90a alone): wgmma, TMA loads and stores, mbarriers, setmaxnreg, no mma.sync
 # or cp.async, and step 16's instruction counts per configuration, UTMASTG included.
@@ -87,7 +102,27 @@ fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16
   INS HGMMA UTMALDG UTMASTG MUFU.EX2 BAR.SYNC FENCE.VIEW.ASYNC.S
   STATIC REQUIRE HGMMA UTMALDG UTMASTG SYNCS USETMAXREG FORBID HMMA LDSM LDGSTS MAX_COUNT WARPGROUP.ARRIVE:4
          KERNEL attention_kernel
-  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_hopper_test.cpp)
+  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_hopper_test.cpp ${fa_backward_tests})
+
+# The backward's rules: step 21's (tensor cores, ldmatrix, cp.async, no local memory; on sm_90 dQ
+# through vector atomics only), and step 21's instruction counts per configuration.
+if(FA_BUILD_TESTS)
+  fa_sass_check_command(cmd fa_kernel_bwd_mma REQUIRE HMMA LDSM LDGSTS KERNEL backward_kernel)
+  add_test(NAME static.kernels.bwd_mma COMMAND ${cmd})
+  set_tests_properties(static.kernels.bwd_mma PROPERTIES LABELS "static;kernels")
+  fa_sass_check_command(cmd fa_kernel_bwd_mma ARCH sm_90a? MIN_COUNT REDG.E.ADD.F32x2:8 FORBID REDG.E.ADD.F32
+                        KERNEL backward_kernel)
+  add_test(NAME static.kernels.bwd_mma.vector_atomics COMMAND ${cmd})
+  set_tests_properties(static.kernels.bwd_mma.vector_atomics PROPERTIES LABELS "static;kernels" SKIP_RETURN_CODE 77)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND AND TARGET fa_step21)
+    add_test(NAME static.kernels.bwd_mma.same_as_step21
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
+                     --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_mma> --step $<TARGET_OBJECTS:fa_step21>
+                     --ins HMMA LDSM LDGSTS MUFU.EX2 RED REDG BAR.SYNC --head-dims ${FA_HEAD_DIMS})
+    set_tests_properties(static.kernels.bwd_mma.same_as_step21 PROPERTIES LABELS "static;kernels")
+  endif()
+endif()
 
 # FA_HEAD_DIMS refuses a head dim with no kernel, and compiles only what it names.
 if(FA_BUILD_TESTS)

@@ -3,11 +3,21 @@
 // them; the lessons never include this layer.
 #pragma once
 
+#include "fa/registry.h"
+
 namespace fa::kernels {
 
 /// The forward on mma.sync (kernels/fwd_mma.cu), generalised from step 10.
 constexpr int kProductionMma = 100;
 /// The forward on Hopper (kernels/fwd_hopper.cu, sm_90a), generalised from step 16.
 constexpr int kProductionHopper = 101;
+
+namespace bwd {
+/// The production backward on mma.sync (kernels/bwd_mma.cu, generalised from step 21): the
+/// backward both production kernels register, on any sm_80+ GPU.
+Status backward(const BackwardParams& bp, cudaStream_t stream);
+/// What it supports: the forward's common capabilities and the deterministic mode.
+Capabilities backward_caps();
+}  // namespace bwd
 
 }  // namespace fa::kernels

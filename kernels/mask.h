@@ -208,6 +208,24 @@ struct CausalFlag {
     return {int(p.seqlen_kv), p.causal, offset};
   }
   FA_HD static bool longest_first(const AttentionParams& p) { return p.causal; }
+
+  // The backward's side (kernels/bwd_mma.cu), which walks Q tiles for each KV tile.
+  /// The first Q tile (of block_m rows) that sees a key of the KV tile starting at n_start: the
+  /// one holding query n_start − offset when causal (the first to see key n_start), else 0. Every
+  /// later Q tile sees the KV tile too, up to the last, so that is the range. q_tiles().first of the
+  /// general policies where any row sees the tile; past the last Q tile where none does
+  /// (CausalFlagIsTheGeneralQRange, tests/cpu/kernels_mask_test.cpp).
+  FA_HD static int64_t q_tile_first(const AttentionParams& p, int64_t offset, int64_t n_start, int block_m) {
+    const int64_t first_query = p.causal ? n_start - offset : 0;
+    return first_query <= 0 ? 0 : first_query / block_m;
+  }
+  /// Whether the block of queries [q0, q0 + rows) × keys [n_start, n_start + block_n) has an element
+  /// that is not visible (a missing query or key, or one past a query's diagonal): the blocks that
+  /// need the element test. In int, as the kernel's indices (|offset| < 2^30).
+  FA_HD static bool block_masked(const AttentionParams& p, int offset, int q0, int rows, int n_start, int block_n) {
+    return n_start + block_n > int(p.seqlen_kv) || q0 + rows > int(p.seqlen_q) ||
+           (p.causal && n_start + block_n - 1 > q0 + offset);
+  }
 };
 
 }  // namespace fa::kernels

@@ -4,8 +4,10 @@ count of each named instruction (tensor-core, ldmatrix, cp.async, exp2) in the S
 (architecture, head dim, Config) both objects compile. The policies are free only if this holds.
 
   same_counts.py --cuobjdump PATH --kernel OBJ --step OBJ [--ins HMMA LDSM LDGSTS MUFU.EX2] [--head-dims 64 128]
+                 [--family forward|backward]
 
-Kernels are matched by their template arguments `attention_kernel<HEAD_DIM, Config<...>, ...>`;
+Kernels are matched by their template arguments `attention_kernel<HEAD_DIM, Config<...>, ...>`
+(--family backward: `backward_kernel<HEAD_DIM, BwdConfig<BLOCK_M, BLOCK_N>, DETERMINISTIC, ...>`);
 a configuration one object has and the other lacks is a failure too. --head-dims: compare only those (the
 head dims the build compiles the production kernels for, FA_HEAD_DIMS). Exit 1 with a table of every
 difference."""
@@ -15,10 +17,13 @@ import re
 import subprocess
 import sys
 
-KEY_RE = re.compile(r"attention_kernelILi(\d+)E.*?ConfigILi(-?\d+)ELi(-?\d+)ELi(-?\d+)E")
+KEY_RE = {
+    "forward": re.compile(r"attention_kernelILi(\d+)E.*?ConfigILi(-?\d+)ELi(-?\d+)ELi(-?\d+)E"),
+    "backward": re.compile(r"backward_kernelILi(\d+)E.*?BwdConfigILi(\d+)ELi(\d+)EEELb([01])E"),
+}
 
 
-def counts(cuobjdump, obj, names):
+def counts(cuobjdump, obj, names, family="forward"):
     out = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True, check=True).stdout
     table = collections.defaultdict(collections.Counter)
     arch = key = None
@@ -26,8 +31,8 @@ def counts(cuobjdump, obj, names):
         if "arch = " in line:
             arch = line.split("arch = ")[1].strip()
         elif "Function : " in line:
-            m = KEY_RE.search(line)
-            key = (arch, int(m.group(1)), tuple(int(g) for g in m.group(2, 3, 4))) if m else None
+            m = KEY_RE[family].search(line)
+            key = (arch, int(m.group(1)), tuple(int(g) for g in m.groups()[1:])) if m else None
         elif key is not None:
             for n in names:
                 if re.search(r"\b" + re.escape(n) + r"\b", line):
@@ -42,12 +47,13 @@ def main():
     ap.add_argument("--step", required=True)
     ap.add_argument("--ins", nargs="+", default=["HMMA", "LDSM", "LDGSTS", "MUFU.EX2"])
     ap.add_argument("--head-dims", nargs="+", type=int)
+    ap.add_argument("--family", choices=sorted(KEY_RE), default="forward")
     a = ap.parse_args()
-    k, s = counts(a.cuobjdump, a.kernel, a.ins), counts(a.cuobjdump, a.step, a.ins)
+    k, s = counts(a.cuobjdump, a.kernel, a.ins, a.family), counts(a.cuobjdump, a.step, a.ins, a.family)
     if a.head_dims:
         s = {key: v for key, v in s.items() if key[1] in a.head_dims}
     if not k or not s:
-        print(f"no attention_kernel<HEAD_DIM, Config<...>> found ({len(k)} in the kernel, {len(s)} in the step)")
+        print(f"no {a.family} kernel with its configuration found ({len(k)} in the kernel, {len(s)} in the step)")
         return 1
     bad = 0
     for key in sorted(set(k) | set(s)):

@@ -1,0 +1,320 @@
+// The production backward on mma.sync (any sm_80+ GPU), generalised from step 21 (128 keys per
+// block, the Q tile walked 16 queries at a time, two stages of Q/dO/LSE/D in flight, dQ through
+// fp32 vector atomics on sm_90, the deterministic mode's turnstiles). Not a lesson: the steps
+// never include it. Both production kernels register it as their backward (kernels/fwd_mma.cu,
+// kernels/fwd_hopper.cu) until a Hopper backward exists. What the lesson hard-wired is a policy:
+//
+//   Mask      which Q tiles see a KV tile, and the element test the backward re-applies
+//             (kernels/mask.h): by default the call's causal flag, either alignment, as the steps.
+//
+// With the default policy it computes what step 21 computes with step 21's instructions
+// (static.kernels.bwd_mma.same_as_step21 compares the counts).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "device/backward_tile.h"
+#include "device/mask.h"
+#include "device/ptx/cp_async.h"
+#include "device/ptx/sync.h"
+#include "device/smem_tile.h"
+#include "device/tiles.h"
+#include "device/warp_tile.h"
+#include "fa/registry.h"
+#include "kernels/kernels.h"
+#include "kernels/launch.h"
+#include "kernels/mask.h"
+#include "library/cuda_status.h"
+#include "library/launch_limits.h"
+
+namespace fa::kernels::bwd {
+namespace {
+
+using namespace fa::tile;
+using fa::ptx::cp_async_commit;
+using fa::ptx::cp_async_wait;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 1. D_i = rowsum(dO_i ∘ O_i) in fp32, one thread per query row (B·H_q·N_q of them), into the
+// workspace's contiguous (B, H_q, N_q) array.
+// Beside it, the row's LSE in exp2 units (LSE·log2 e, and +inf for a row that saw no key, so that
+// its P is 0 and not NaN), which the main kernel copies as it is.
+template <int HEAD_DIM>
+__global__ void preprocess_kernel(const BackwardParams bp, float* delta, float* lse2) {
+  const AttentionParams& p = bp.fwd;
+  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= p.batch * p.heads_q * p.seqlen_q) return;
+  const int64_t i = row % p.seqlen_q, bh = row / p.seqlen_q, b = bh / p.heads_q, h = bh % p.heads_q;
+  const bf16* o = static_cast<const bf16*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head + i * p.o_stride.seq;
+  const bf16* d_o =
+      static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head + i * bp.do_stride.seq;
+  float sum = 0.0f;
+#pragma unroll 8
+  for (int d = 0; d < HEAD_DIM; ++d) sum += __bfloat162float(o[d]) * __bfloat162float(d_o[d]);
+  delta[row] = sum;
+  const float lse = p.lse[row];
+  lse2[row] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+}
+
+// One backward configuration: BLOCK_M queries per Q tile, BLOCK_N keys per block (16 per warp), Q
+// tiles in flight (STAGES: the current one and the next).
+// dK and dV of a warp's 16 keys stay in registers (2 · HEAD_DIM / 8 · 4 floats a thread: 128 at
+// D = 128), beside Sᵀ, Pᵀ, dPᵀ and dSᵀ of 16 queries at a time (a Q tile is walked in sub-tiles of
+// 16), so BLOCK_M no longer costs registers: D = 128 at BLOCK_M = 32 needs 244–250 registers with
+// no spill, where step 19's code, with 32 columns of each score tile live, spilled.
+// BLOCK_N = 128 is 8 warps; 8 warps of up to 255 registers fill an SM's 64K registers, so one block
+// runs per SM (step 19: two blocks of 4 warps), and no more warps per SM than before.
+template <int BLOCK_M_, int BLOCK_N_>
+struct BwdConfig {
+  static constexpr int BLOCK_M = BLOCK_M_;
+  static constexpr int BLOCK_N = BLOCK_N_;
+  static constexpr int NUM_WARPS = BLOCK_N / 16;  // each warp owns 16 keys
+  static constexpr int NUM_THREADS = NUM_WARPS * 32;
+  // dQ = dS·K: the block's BLOCK_M query rows in 16-row tiles, the warps split over the row tiles
+  // and, if there are more warps than row tiles, over column slices of D.
+  static constexpr int ROW_TILES = BLOCK_M / 16;
+  static constexpr int COL_SPLITS = NUM_WARPS / ROW_TILES;
+  static_assert(NUM_WARPS % ROW_TILES == 0, "whole row tiles per warp");
+  static constexpr int STAGES = 2;
+  // Shared memory: K, V (BLOCK_N, D), STAGES × [Q, dO] (BLOCK_M, D), dS (BLOCK_M, BLOCK_N) bf16,
+  // swizzled; then STAGES × [the Q tile's LSE (exp2 units), D], fp32.
+  template <int HEAD_DIM>
+  static constexpr int smem_bytes() {
+    return SwizzledLayout<HEAD_DIM>::bytes(2 * BLOCK_N + STAGES * 2 * BLOCK_M) +
+           SwizzledLayout<BLOCK_N>::bytes(BLOCK_M) + STAGES * 2 * BLOCK_M * int(sizeof(float));
+  }
+};
+
+// 2. The main kernel: grid = (KV tiles, B·H_kv). DETERMINISTIC: every Q tile's dQ additions are
+// made block by block in the order of the KV tiles, through that tile's turnstile.
+template <int HEAD_DIM, typename Cfg, bool DETERMINISTIC, typename MaskT = CausalFlag>
+__global__ void __launch_bounds__(Cfg::NUM_THREADS)
+    backward_kernel(const BackwardParams bp, const float* delta, const float* lse2, float* dq_accum, int* turnstiles,
+                    const float scale_log2, const int64_t offset) {
+  constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
+  constexpr int DQ_COLS = HEAD_DIM / Cfg::COL_SPLITS;  // the columns of dQ one warp computes
+  using Layout = SwizzledLayout<HEAD_DIM>;
+  using DsLayout = SwizzledLayout<BLOCK_N>;
+  const AttentionParams& params = bp.fwd;
+  extern __shared__ uint4 smem[];
+  const SmemTile<BLOCK_N, Layout> k_tile{reinterpret_cast<bf16*>(smem)};  // (BLOCK_N, HEAD_DIM)
+  const SmemTile<BLOCK_N, Layout> v_tile = next_tile(k_tile, 1);          // (BLOCK_N, HEAD_DIM)
+  constexpr int STAGES = Cfg::STAGES;
+  const SmemTile<BLOCK_M, Layout> qdo_tiles{v_tile.ptr + BLOCK_N * Layout::kRowElems};  // STAGES × [Q, dO]
+  const SmemTile<BLOCK_M, DsLayout> ds_tile{qdo_tiles.ptr + STAGES * 2 * BLOCK_M * Layout::kRowElems};
+  float* const lse_d_tiles =
+      reinterpret_cast<float*>(ds_tile.ptr + BLOCK_M * DsLayout::kRowElems);  // STAGES × [LSE, D]
+
+  const int warp = int(threadIdx.x) / 32;
+  const int n_q = int(params.seqlen_q), n_kv = int(params.seqlen_kv);
+  const auto visible = MaskT::element(params, offset);  // (query, key) -> visible, keys past N_kv included
+
+  // ---- pointers: this block's KV tile of (batch b, KV head h_kv).
+  const int n_start = int(blockIdx.x) * BLOCK_N;
+  const int64_t b = blockIdx.y / params.heads_kv, h_kv = blockIdx.y % params.heads_kv;
+  const bf16* k_ptr = static_cast<const bf16*>(params.k) + b * params.k_stride.batch + h_kv * params.k_stride.head +
+                      int64_t(n_start) * params.k_stride.seq;
+  const bf16* v_ptr = static_cast<const bf16*>(params.v) + b * params.v_stride.batch + h_kv * params.v_stride.head +
+                      int64_t(n_start) * params.v_stride.seq;
+  const int key0 = n_start + warp * 16;  // this warp's first key
+
+  // The Q tiles that see some key of this KV tile: from the mask's first to the last.
+  const int m_tiles = (n_q + BLOCK_M - 1) / BLOCK_M;
+  const int64_t turnstiles_per_head = (n_q + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows;
+  const int m_first = int(MaskT::q_tile_first(params, offset, n_start, BLOCK_M));
+
+  // ---- load K and V once; they stay in shared memory for every Q tile.
+  const int kv_rows = min(BLOCK_N, n_kv - n_start);
+  load_tile_async<NUM_THREADS>(k_tile, k_ptr, params.k_stride.seq, kv_rows);
+  load_tile_async<NUM_THREADS>(v_tile, v_ptr, params.v_stride.seq, kv_rows);
+  cp_async_commit();
+
+  // ---- init state: dK and dV of the warp's 16 keys, fp32.
+  Acc<HEAD_DIM> dk = zeros<HEAD_DIM>(), dv = zeros<HEAD_DIM>();
+
+  // ---- the work items: every (query head of the group, Q tile from m_first on), one flat list in
+  // that order; item t's Q, dO, LSE and D go to stage t % STAGES. An item is (hq, m_block), the
+  // next one the following Q tile or the next head's first (no division in the loop).
+  const int group = int(params.heads_q / params.heads_kv);
+  const int items = group * max(m_tiles - m_first, 0);
+  // Issues the copies of item t = (hq, m_block)'s Q and dO tiles, and of its rows' LSE (exp2 units)
+  // and D, into its stage. Rows past N_q arrive as zeros: their scores are masked, so their P is 0.
+  auto load_item = [&](int t, int hq, int m_block) {
+    const int64_t h = h_kv * group + hq;
+    const int m_start = m_block * BLOCK_M;
+    const SmemTile<BLOCK_M, Layout> q_t = next_tile(qdo_tiles, 2 * (t % STAGES));
+    const SmemTile<BLOCK_M, Layout> do_t = next_tile(qdo_tiles, 2 * (t % STAGES) + 1);
+    const bf16* q_head = static_cast<const bf16*>(params.q) + b * params.q_stride.batch + h * params.q_stride.head;
+    const bf16* do_head = static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head;
+    load_tile_async<NUM_THREADS>(q_t, q_head + int64_t(m_start) * params.q_stride.seq, params.q_stride.seq,
+                                 min(BLOCK_M, n_q - m_start));
+    load_tile_async<NUM_THREADS>(do_t, do_head + int64_t(m_start) * bp.do_stride.seq, bp.do_stride.seq,
+                                 min(BLOCK_M, n_q - m_start));
+    const int64_t row0 = (b * params.heads_q + h) * n_q + m_start;
+    float* const stage = lse_d_tiles + (t % STAGES) * 2 * BLOCK_M;
+    for (int i = int(threadIdx.x); i < 2 * BLOCK_M; i += NUM_THREADS) {
+      const int r = i % BLOCK_M;
+      const bool valid = m_start + r < n_q;
+      const float* src = (i < BLOCK_M ? lse2 : delta) + (valid ? row0 + r : 0);
+      ptx::cp_async_4(uint32_t(__cvta_generic_to_shared(stage + i)), src, valid);
+    }
+  };
+
+  // ---- prologue: K and V were committed above; item 0 joins them.
+  if (items > 0) load_item(0, 0, m_first);
+  cp_async_commit();
+
+  for (int t = 0, hq = 0, m_block = m_first; t < items; ++t) {
+    const int64_t bh = b * params.heads_q + h_kv * group + hq;
+    const int m_start = m_block * BLOCK_M;
+    const SmemTile<BLOCK_M, Layout> q_tile = next_tile(qdo_tiles, 2 * (t % STAGES));
+    const SmemTile<BLOCK_M, Layout> do_tile = next_tile(qdo_tiles, 2 * (t % STAGES) + 1);
+    const float* const lse2_tile = lse_d_tiles + (t % STAGES) * 2 * BLOCK_M;
+    const float* const delta_tile = lse2_tile + BLOCK_M;
+    cp_async_wait<0>();  // item t's copies (and, at t = 0, K and V) have landed ...
+    __syncthreads();     // ... for every thread; and every warp is done with item t − 1's stage
+    // Item t + 1 starts flying into the other stage while item t computes.
+    if (++m_block == m_tiles) m_block = m_first, ++hq;  // (hq, m_block) is item t + 1 from here on
+    if (t + 1 < items) load_item(t + 1, hq, m_block);
+    cp_async_commit();
+
+    // The Q tile's queries 16 at a time: a sub-tile's scores are all a warp holds at once (Sᵀ, Pᵀ,
+    // dPᵀ and dSᵀ of 16 columns, 8 floats a thread each), whatever BLOCK_M is.
+#pragma unroll 1
+    for (int sub = 0; sub < BLOCK_M / 16; ++sub) {
+      const int q0 = m_start + 16 * sub;  // the sub-tile's first query
+      const SmemTile<16, Layout> q_rows = row_block<16>(q_tile, sub), do_rows = row_block<16>(do_tile, sub);
+      // Sᵀ = K_w·Qᵀ: the warp's 16 keys against the sub-tile's queries.
+      Acc<16> s[1];
+      mma_qk_tiles(s, k_tile, warp * 16, q_rows);
+      // The mask, transposed (rows are keys): queries past N_q and whatever the policy hides get
+      // −inf, so that their P is 0; only on a sub-tile that is not fully visible.
+      if (MaskT::block_masked(params, int(offset), q0, 16, n_start, BLOCK_N))
+        apply_mask(s[0], key0, q0, [=](int key, int query) { return (query < n_q) & visible(query, key); });
+      const Acc<16> p = exp2_cols(s[0], scale_log2, lse2_tile + 16 * sub);  // Pᵀ, from the stored LSE
+      mma_pv(dv, to_bf16(p), do_rows);                                      // dV += Pᵀ·dO
+
+      Acc<16> dp[1];
+      mma_qk_tiles(dp, v_tile, warp * 16, do_rows);                 // dPᵀ = V_w·dOᵀ
+      const Acc<16> ds = ds_cols(p, dp[0], delta_tile + 16 * sub);  // dSᵀ = Pᵀ ∘ (dPᵀ − D)
+      mma_pv(dk, to_bf16(ds), q_rows);                              // dK += dSᵀ·Q (times c at the end)
+      // dS to shared memory as (queries, keys): the sub-tile's 16 rows, this warp's 16 columns.
+      store_transposed(row_block<16>(ds_tile, sub), ds, warp * 16);
+    }
+
+    // dQ += dS·K: each warp takes 16 query rows of dS (and a slice of D) and adds c · dS·K into
+    // the fp32 accumulator.
+    __syncthreads();
+    const int row_tile = warp / Cfg::COL_SPLITS, col0 = (warp % Cfg::COL_SPLITS) * DQ_COLS;
+    const FragA<BLOCK_N> ds_rows = load_a<BLOCK_N>(ds_tile, row_tile * 16);
+    Acc<DQ_COLS> dq = zeros<DQ_COLS>();
+    mma_pv_cols(dq, ds_rows, k_tile, col0);
+    // Deterministic: the KV tiles that see this Q tile are 0, 1, ..., some last one (a block's
+    // first Q tile only moves down as its KV tile does), so this block's turn is its KV tile
+    // number. Wait for it, add, and pass the turn on. Each element of dQ then receives its
+    // additions in the same order on every run: fp32 addition is not associative, so the order
+    // is what fixes the bits.
+    int* const turnstile = turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows);
+    if constexpr (DETERMINISTIC) {
+      if (threadIdx.x == 0)
+        while (ptx::ld_acquire_gpu(turnstile) != int(blockIdx.x)) {
+        }
+      __syncthreads();  // the whole block is after the acquire
+    }
+    // Two adjacent columns per atomic: dQ's accumulator rows are HEAD_DIM floats from the start of
+    // the workspace (16-byte aligned, validated) and col0 is a multiple of 16, so every pair is
+    // 8-byte aligned.
+    atomic_add_rows_x2(dq_accum + (bh * n_q + m_start) * HEAD_DIM, HEAD_DIM, dq, scale_log2 / kLog2e, row_tile * 16,
+                       col0, n_q - m_start);
+    if constexpr (DETERMINISTIC) {
+      __syncthreads();  // every warp's additions are issued before the turn is passed on
+      if (threadIdx.x == 0) ptx::st_release_gpu(turnstile, int(blockIdx.x) + 1);
+    }
+  }
+  cp_async_wait<0>();  // a block with no work item still has K and V in flight: let them land
+
+  // ---- store: dK = c · Σ dSᵀ·Q and dV, bf16, rows past N_kv not written.
+  bf16* dk_ptr = static_cast<bf16*>(bp.dk) + b * bp.dk_stride.batch + h_kv * bp.dk_stride.head +
+                 int64_t(n_start) * bp.dk_stride.seq;
+  bf16* dv_ptr = static_cast<bf16*>(bp.dv) + b * bp.dv_stride.batch + h_kv * bp.dv_stride.head +
+                 int64_t(n_start) * bp.dv_stride.seq;
+  store_rows(dk_ptr, bp.dk_stride.seq, dk, rows(scale_log2 / kLog2e), warp * 16, kv_rows);
+  store_rows(dv_ptr, bp.dv_stride.seq, dv, rows(1.0f), warp * 16, kv_rows);
+}
+
+// 3. dQ from its fp32 accumulator (contiguous (B, H_q, N_q, D)) into the caller's bf16 dQ.
+__global__ void convert_dq_kernel(const BackwardParams bp, const float* dq_accum) {
+  const AttentionParams& p = bp.fwd;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= p.batch * p.heads_q * p.seqlen_q * p.head_dim) return;
+  const int64_t d = idx % p.head_dim, row = idx / p.head_dim;
+  const int64_t i = row % p.seqlen_q, bh = row / p.seqlen_q, b = bh / p.heads_q, h = bh % p.heads_q;
+  static_cast<bf16*>(bp.dq)[b * bp.dq_stride.batch + h * bp.dq_stride.head + i * bp.dq_stride.seq + d] =
+      __float2bfloat16(dq_accum[idx]);
+}
+
+template <int HEAD_DIM, typename Cfg>
+Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
+  const AttentionParams& p = bp.fwd;
+  const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
+  // The workspace's parts (include/fa/params.h): dQ's fp32 accumulator, D, the turnstiles, and the
+  // LSE in exp2 units.
+  // Shared memory first, before anything is written: at D = 128 a block needs 104.5 KB, more than
+  // GPUs of compute capability 8.6 and 8.9 give one (99 KB), and there the call is refused as
+  // unsupported, so that the library's choice moves on to a kernel that fits.
+  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
+  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true> : backward_kernel<HEAD_DIM, Cfg, false>;
+  if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
+  const BackwardWorkspace ws = backward_workspace(p);
+  char* const base = static_cast<char*>(bp.workspace);
+  float* dq_accum = reinterpret_cast<float*>(base + ws.dq_accum);
+  float* delta = reinterpret_cast<float*>(base + ws.delta);
+  int* turnstiles = reinterpret_cast<int*>(base + ws.turnstiles);
+  float* lse2 = reinterpret_cast<float*>(base + ws.lse2);
+  FA_CUDA_RETURN(cudaMemsetAsync(dq_accum, 0, ws.dq_accum_count * sizeof(float), stream));
+  if (bp.deterministic) FA_CUDA_RETURN(cudaMemsetAsync(turnstiles, 0, ws.turnstile_count * sizeof(int), stream));
+  preprocess_kernel<HEAD_DIM><<<unsigned(cdiv(rows, 256)), 256, 0, stream>>>(bp, delta, lse2);
+  FA_LAUNCH_RETURN();
+  const dim3 grid(unsigned(cdiv(p.seqlen_kv, Cfg::BLOCK_N)), unsigned(p.batch * p.heads_kv));
+  kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(bp, delta, lse2, dq_accum, turnstiles, p.effective_scale() * kLog2e,
+                                                   p.causal_offset());
+  FA_LAUNCH_RETURN();
+  convert_dq_kernel<<<unsigned(cdiv(rows * HEAD_DIM, 256)), 256, 0, stream>>>(bp, dq_accum);
+  FA_LAUNCH_RETURN();
+  return Status::Ok();
+}
+
+// The backward's grids: the main kernel's B·H_kv along y, and the convert kernel's one thread per
+// element of dQ along x (B·H_q·N_q·D / 256 blocks).
+Status check_backward_grids(const AttentionParams& p) {
+  if (p.batch * p.heads_kv > kMaxGridYZ)
+    return Status::Unsupported("the backward's grid holds B·H_kv up to 65535 (got " +
+                               std::to_string(p.batch * p.heads_kv) + ")");
+  if (cdiv(p.batch * p.heads_q * p.seqlen_q * p.head_dim, 256) > kMaxGridX)
+    return Status::Unsupported("the backward's dQ conversion has one thread per element of dQ: at most " +
+                               std::to_string(kMaxGridX * 256) + " elements (B·H_q·N_q·D)");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Capabilities backward_caps() {
+  Capabilities c = forward_caps({64, 128});
+  c.deterministic_backward = true;  // BackwardParams::deterministic: dQ added in a fixed order
+  return c;
+}
+
+Status backward(const BackwardParams& bp, cudaStream_t stream) {
+  static const Capabilities caps = backward_caps();
+  if (Status st = validate_backward(bp, caps); !st.ok()) return st;
+  if (Status st = check_backward_grids(bp.fwd); !st.ok()) return st;
+  if constexpr (head_dim_built(64))
+    if (bp.fwd.head_dim == 64) return launch_backward<64, BwdConfig<64, 128>>(bp, stream);
+  if constexpr (head_dim_built(128))
+    if (bp.fwd.head_dim == 128) return launch_backward<128, BwdConfig<32, 128>>(bp, stream);
+  return Status::Unsupported("the production backward has no kernel at head dim " + std::to_string(bp.fwd.head_dim));
+}
+
+}  // namespace fa::kernels::bwd
