@@ -1,4 +1,4 @@
-// The production backward on mma.sync (any sm_80+ GPU), generalised from step 21 (128 keys per
+// The production backward on mma.sync (any sm_80+ GPU), generalised from step 22 (128 keys per
 // block, the Q tile walked 16 queries at a time, two stages of Q/dO/LSE/D in flight, dQ through
 // fp32 vector atomics on sm_90, the deterministic mode's turnstiles). Not a lesson: the steps
 // never include it. Both production kernels register it as their backward (kernels/fwd_mma.cu,
@@ -7,8 +7,8 @@
 //   Mask      which Q tiles see a KV tile, and the element test the backward re-applies
 //             (kernels/mask.h): by default the call's causal flag, either alignment, as the steps.
 //
-// With the default policy it computes what step 21 computes with step 21's instructions
-// (static.kernels.bwd_mma.same_as_step21 compares the counts).
+// With the default policy it computes what step 22 computes with step 22's instructions
+// (static.kernels.bwd_mma.same_as_step22 compares the counts).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "device/mask.h"
 #include "device/ptx/cp_async.h"
 #include "device/ptx/sync.h"
+#include "device/q_tile_walk.h"
 #include "device/smem_tile.h"
 #include "device/tiles.h"
 #include "device/warp_tile.h"
@@ -138,7 +139,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   // that order; item t's Q, dO, LSE and D go to stage t % STAGES. An item is (hq, m_block), the
   // next one the following Q tile or the next head's first (no division in the loop).
   const int group = int(params.heads_q / params.heads_kv);
-  const int items = group * max(m_tiles - m_first, 0);
+  const QTileWalk walk{m_first, m_tiles, /*down=*/DETERMINISTIC};  // step 22: deterministic, last tile first
+  const int items = group * walk.count();
   // Issues the copies of item t = (hq, m_block)'s Q and dO tiles, and of its rows' LSE (exp2 units)
   // and D, into its stage. Rows past N_q arrive as zeros: their scores are masked, so their P is 0.
   auto load_item = [&](int t, int hq, int m_block) {
@@ -163,10 +165,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   };
 
   // ---- prologue: K and V were committed above; item 0 joins them.
-  if (items > 0) load_item(0, 0, m_first);
+  if (items > 0) load_item(0, 0, walk.tile(m_first));
   cp_async_commit();
 
-  for (int t = 0, hq = 0, m_block = m_first; t < items; ++t) {
+  for (int t = 0, hq = 0, k = m_first; t < items; ++t) {
+    const int m_block = walk.tile(k);
     const int64_t bh = b * params.heads_q + h_kv * group + hq;
     const int m_start = m_block * BLOCK_M;
     const SmemTile<BLOCK_M, Layout> q_tile = next_tile(qdo_tiles, 2 * (t % STAGES));
@@ -176,8 +179,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     cp_async_wait<0>();  // item t's copies (and, at t = 0, K and V) have landed ...
     __syncthreads();     // ... for every thread; and every warp is done with item t − 1's stage
     // Item t + 1 starts flying into the other stage while item t computes.
-    if (++m_block == m_tiles) m_block = m_first, ++hq;  // (hq, m_block) is item t + 1 from here on
-    if (t + 1 < items) load_item(t + 1, hq, m_block);
+    if (++k == m_tiles) k = m_first, ++hq;  // (hq, walk.tile(k)) is item t + 1 from here on
+    if (t + 1 < items) load_item(t + 1, hq, walk.tile(k));
     cp_async_commit();
 
     // The Q tile's queries 16 at a time: a sub-tile's scores are all a warp holds at once (Sᵀ, Pᵀ,
