@@ -33,9 +33,9 @@
 
 #include "device/backward_tile.h"
 #include "device/mask.h"
-#include "device/q_tile_walk.h"
 #include "device/ptx/cp_async.h"
 #include "device/ptx/sync.h"
+#include "device/q_tile_walk.h"
 #include "device/smem_tile.h"
 #include "device/tiles.h"
 #include "device/warp_tile.h"
