@@ -12,6 +12,10 @@
 //   mma_pv_cols        O += P·V[:, c0 .. c0 + C): the P·V product on a slice of V's columns
 //   atomic_add_rows    a warp's fp32 rows added into global memory with atomics (dQ's accumulator)
 //   atomic_add_rows_x2 the same sum, two adjacent columns per 8-byte vector atomic (sm_90)
+//   store_tile_rows    a warp's (16, N) tile written to shared memory as it is (rows, columns),
+//                      bf16 pairs: Pᵀ and dSᵀ for the products that need all of a block's queries
+//   load_a_trans       A fragments of the TRANSPOSE of a shared tile (ldmatrix.trans): dS for
+//                      dQ = dS·K, read from the (keys, queries) tile that holds dSᵀ
 #pragma once
 
 #include <cstdint>
@@ -112,6 +116,39 @@ __device__ __forceinline__ void atomic_add_rows_x2(float* dst, int64_t stride, c
 #endif
       }
     }
+}
+
+/// Writes the warp's (16, N) tile x, rounded to bf16, into rows [row0, row0 + 16) and columns
+/// [col0, col0 + N) of `tile`, as it is (no transpose): element (r, c) goes to (row0 + r, col0 + c).
+/// A lane's elements e and e + 1 are adjacent columns, so each pair is one 4-byte store; col0 is a
+/// multiple of 8, so a pair never straddles a 16-byte chunk of the swizzle.
+template <int N, int ROWS, typename Layout>
+__device__ __forceinline__ void store_tile_rows(SmemTile<ROWS, Layout> tile, const Acc<N>& x, int row0, int col0) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int f = 0; f < N / 8; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2)
+      *reinterpret_cast<__nv_bfloat162*>(
+          &tile.ptr[Layout::offset(row0 + ptx::mma_c_row(lane, e), col0 + f * 8 + ptx::mma_c_col(lane, e))]) =
+          __floats2bfloat162_rn(x.c[f][e], x.c[f][e + 1]);
+}
+
+/// The A fragments of rows [col0, col0 + 16) of Xᵀ, where X is the (K, ·) shared tile: A(r, k) =
+/// X(k, col0 + r), K = X's rows (ldmatrix.trans, one x4 per 16 rows of X). The four 8×8 blocks a0..a3
+/// of a 16×16 A fragment (rows 0-7|k 0-7, rows 8-15|k 0-7, rows 0-7|k 8-15, rows 8-15|k 8-15) are
+/// X's blocks (k 0-7|c 0-7), (k 0-7|c 8-15), (k 8-15|c 0-7), (k 8-15|c 8-15), transposed: lane →
+/// X row (lane/16)·8 + lane%8, column block (lane/8)%2, the K operand's addressing (device/ptx/ldmatrix.h).
+template <int K, int ROWS, typename Layout>
+__device__ __forceinline__ FragA<K> load_a_trans(SmemTile<ROWS, Layout> tile, int col0) {
+  static_assert(ROWS == K, "the tile's rows are the operand's K");
+  const int lane = lane_id();
+  const unsigned lane_bytes = 2 * Layout::offset(ptx::ldsm_k_row(lane), ptx::ldsm_k_colblock(lane) * 8);
+  FragA<K> a;
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+    ptx::ldmatrix_x4_trans(a.a[kk], tile.addr() + Layout::move(lane_bytes, kk, col0 / 16));
+  return a;
 }
 
 #endif  // __CUDACC__
