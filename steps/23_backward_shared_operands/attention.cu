@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
                       int64_t(n_start) * params.k_stride.seq;
   const bf16* v_ptr = static_cast<const bf16*>(params.v) + b * params.v_stride.batch + h_kv * params.v_stride.head +
                       int64_t(n_start) * params.v_stride.seq;
-  // This warp's blocks: keys [key0, key0 + 32) (scores, dK, dV); queries [32·q_warp, +32) of the
+  // This warp's blocks: keys [key0, key0 + 32) (scores, dK, dV); queries [WQ·q_warp, +WQ) of the
   // Q tile (scores); columns [d0, d0 + KV_COLS) of dK and dV.
   const int k_warp = warp % Cfg::KEY_WARPS, q_warp = warp / Cfg::KEY_WARPS;
   const int key_row0 = k_warp * WK, key0 = n_start + key_row0, d0 = q_warp * KV_COLS;
@@ -537,7 +537,7 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
   // The workspace's parts (include/fa/params.h): dQ's fp32 accumulator, D, the turnstiles, and the
   // LSE in exp2 units.
-  // Shared memory first, before anything is written: at D = 128 a block needs 104.5 KB, more than
+  // Shared memory first, before anything is written: at D = 128 a block needs 116.25 KB, more than
   // GPUs of compute capability 8.6 and 8.9 give one (99 KB), and there the call is refused as
   // unsupported, so that the library's choice moves on to an earlier step.
   constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
