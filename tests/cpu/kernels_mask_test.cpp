@@ -240,11 +240,13 @@ TEST(KernelsMask, CausalFlagIsTheGeneralRange) {
 // The backward's questions of CausalFlag against the general policies and the element test: the
 // first Q tile that sees a KV tile (the rest up to the last see it too), and which blocks of a Q
 // tile's rows and a KV tile's keys hold an element that is not visible. Offsets of −1 and 15 put a
-// block's last key exactly on its first row's diagonal (rows start at multiples of 16).
+// block's last key exactly on its first row's diagonal (rows start at multiples of 16), −2 and 14
+// one key past it: an off-by-one either way changes the answer there.
 TEST(KernelsMask, CausalFlagIsTheGeneralQRange) {
   for (const Shape& s : shapes())
     for (bool causal : {false, true})
-      for (int64_t offset : {int64_t(0), s.n_kv - s.n_q, int64_t(-40), int64_t(40), int64_t(-1), int64_t(15)}) {
+      for (int64_t offset : {int64_t(0), s.n_kv - s.n_q, int64_t(-40), int64_t(40), int64_t(-1), int64_t(15),
+                             int64_t(-2), int64_t(14)}) {
         AttentionParams p;
         p.seqlen_q = s.n_q;
         p.seqlen_kv = s.n_kv;
@@ -263,14 +265,21 @@ TEST(KernelsMask, CausalFlagIsTheGeneralQRange) {
             EXPECT_EQ(got, want.first) << where;
             EXPECT_EQ(want.end, q_tile_count) << where << ": the range runs to the last Q tile";
           }
-          for (int64_t q0 = 0; q0 < s.n_q; q0 += 16) {
-            bool hidden = false;
-            for (int64_t r = q0; r < q0 + 16; ++r)
-              for (int64_t k = n_start; k < n_start + s.block_n; ++k)
-                hidden |= r >= s.n_q || k >= s.n_kv || (causal && !visible(Causal{offset}, r, k));
-            EXPECT_EQ(CausalFlag::block_masked(p, int(offset), int(q0), 16, int(n_start), s.block_n), hidden)
-                << where << " rows " << q0 << "..+16";
-          }
+          // Blocks of 16 or 32 rows against the whole KV tile (steps 20-22's sub-tiles) and against
+          // each warp's 32 keys of it (step 23's warp blocks).
+          for (int rows : {16, 32})
+            for (int64_t k0 = n_start; k0 < n_start + s.block_n; k0 += 32)
+              for (int keys : {int(s.block_n), 32}) {
+                if (keys == s.block_n && k0 != n_start) continue;
+                for (int64_t q0 = 0; q0 < s.n_q; q0 += rows) {
+                  bool hidden = false;
+                  for (int64_t r = q0; r < q0 + rows; ++r)
+                    for (int64_t k = k0; k < k0 + keys; ++k)
+                      hidden |= r >= s.n_q || k >= s.n_kv || (causal && !visible(Causal{offset}, r, k));
+                  EXPECT_EQ(CausalFlag::block_masked(p, int(offset), int(q0), rows, int(k0), keys), hidden)
+                      << where << " rows " << q0 << "..+" << rows << ", keys " << k0 << "..+" << keys;
+                }
+              }
         }
       }
 }
