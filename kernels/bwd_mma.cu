@@ -36,8 +36,6 @@ using namespace fa::tile;
 using fa::ptx::cp_async_commit;
 using fa::ptx::cp_async_wait;
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 // 1. D_i = rowsum(dO_i ∘ O_i) in fp32, one thread per query row (B·H_q·N_q of them), into the
 // workspace's contiguous (B, H_q, N_q) array.
 // Beside it, the row's LSE in exp2 units (LSE·log2 e, and +inf for a row that saw no key, so that
@@ -281,7 +279,7 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   preprocess_kernel<HEAD_DIM><<<unsigned(cdiv(rows, 256)), 256, 0, stream>>>(bp, delta, lse2);
   FA_LAUNCH_RETURN();
   const dim3 grid(unsigned(cdiv(p.seqlen_kv, Cfg::BLOCK_N)), unsigned(p.batch * p.heads_kv));
-  kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(bp, delta, lse2, dq_accum, turnstiles, p.effective_scale() * kLog2e,
+  kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(bp, delta, lse2, dq_accum, turnstiles, scale_log2(p),
                                                    p.causal_offset());
   FA_LAUNCH_RETURN();
   convert_dq_kernel<<<unsigned(cdiv(rows * HEAD_DIM, 256)), 256, 0, stream>>>(bp, dq_accum);

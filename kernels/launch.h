@@ -50,9 +50,12 @@ inline Capabilities forward_caps(std::initializer_list<int> implemented_head_dim
   return c;
 }
 
+/// log2(e): e^x = 2^(x · log2 e), so the kernels' exp2 takes the softmax scale times this, and an
+/// LSE in exp2 units is the natural one times this.
+constexpr float kLog2e = 1.4426950408889634f;
+
 /// P = 2^(scale_log2 · (s − m)): the call's softmax scale times log2(e).
 inline float scale_log2(const AttentionParams& p) {
-  constexpr float kLog2e = 1.4426950408889634f;
   return p.effective_scale() * kLog2e;
 }
 
