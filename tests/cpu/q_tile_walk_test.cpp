@@ -33,7 +33,7 @@ TEST(QTileWalk, VisitsEachTileOnceInTheOrderAsked) {
 // its tiles with QTileWalk{m_first(j), M, down}; a tile costs 1 unit of compute, then the
 // block waits for the tile's previous contributor (the highest lower KV tile that visits it) to
 // have added, and adds, which takes `add`. Returns each block's idle time (its finish minus its
-// work), or an empty vector if no block can move (a deadlock).
+// work), or an empty vector if no block can move (a deadlock) or a walk leaves the Q tiles.
 struct Schedule {
   int m_tiles, block_m, block_n, n_q, n_kv;
   bool causal;
@@ -51,7 +51,11 @@ std::vector<double> idle_times(const Schedule& s, bool down, double add) {
   std::vector<std::vector<int>> visitors(M);  // per Q tile, its KV tiles in turn order
   for (int j = 0; j < K; ++j) {
     walk[j] = tiles_of(QTileWalk{s.m_first(j), M, down});
-    for (int m : walk[j]) visitors[m].push_back(j);
+    for (int m : walk[j]) {
+      EXPECT_TRUE(m >= 0 && m < M) << "block " << j << " walks to Q tile " << m << " of " << M;
+      if (m < 0 || m >= M) return {};
+      visitors[m].push_back(j);
+    }
   }
   std::vector<std::vector<double>> added(K, std::vector<double>(M, -1.0));  // when block j added tile m
   std::vector<size_t> pos(K, 0);
