@@ -1,18 +1,20 @@
-// The production backward on mma.sync (any sm_80+ GPU), generalised from step 22 (128 keys per
-// block, the Q tile walked 16 queries at a time, two stages of Q/dO/LSE/D in flight, dQ through
-// fp32 vector atomics on sm_90, the deterministic mode's turnstiles). Not a lesson: the steps
+// The production backward on mma.sync (any sm_80+ GPU), generalised from step 23 (128 keys per
+// block, 8 warps in FlashAttention-2's arrangement with Pᵀ and dSᵀ shared through shared memory,
+// two stages of Q/dO/LSE/D in flight, dQ through fp32 vector atomics on sm_90, the deterministic
+// mode's turnstiles with the Q tiles walked down). Not a lesson: the steps
 // never include it. Both production kernels register it as their backward (kernels/fwd_mma.cu,
 // kernels/fwd_hopper.cu) until a Hopper backward exists. What the lesson hard-wired is a policy:
 //
 //   Mask      which Q tiles see a KV tile, and the element test the backward re-applies
 //             (kernels/mask.h): by default the call's causal flag, either alignment, as the steps.
 //
-// With the default policy it computes what step 22 computes with step 22's instructions
-// (static.kernels.bwd_mma.same_as_step22 compares the counts).
+// With the default policy it computes what step 23 computes with step 23's instructions
+// (static.kernels.bwd_mma.same_as_step23 compares the counts).
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "device/backward_tile.h"
 #include "device/mask.h"
@@ -57,32 +59,44 @@ __global__ void preprocess_kernel(const BackwardParams bp, float* delta, float* 
   lse2[row] = lse == -INFINITY ? INFINITY : lse * kLog2e;
 }
 
-// One backward configuration: BLOCK_M queries per Q tile, BLOCK_N keys per block (16 per warp), Q
-// tiles in flight (STAGES: the current one and the next).
-// dK and dV of a warp's 16 keys stay in registers (2 · HEAD_DIM / 8 · 4 floats a thread: 128 at
-// D = 128), beside Sᵀ, Pᵀ, dPᵀ and dSᵀ of 16 queries at a time (a Q tile is walked in sub-tiles of
-// 16), so BLOCK_M no longer costs registers: D = 128 at BLOCK_M = 32 needs 244–250 registers with
-// no spill, where step 19's code, with 32 columns of each score tile live, spilled.
-// BLOCK_N = 128 is 8 warps; 8 warps of up to 255 registers fill an SM's 64K registers, so one block
-// runs per SM (step 19: two blocks of 4 warps), and no more warps per SM than before.
+// One backward configuration: BLOCK_M queries per Q tile, BLOCK_N keys per block, Q tiles in
+// flight (STAGES: the current one and the next). The 8 warps tile the block's work three ways:
+//   Sᵀ, dPᵀ (BLOCK_N keys × BLOCK_M queries): 4 warps down the keys × 2 across the queries, each
+//      a (32, BLOCK_M / 2) block;
+//   dV, dK (BLOCK_N keys × HEAD_DIM): 4 warps down the keys × 2 across D, each (32, HEAD_DIM / 2),
+//      from Pᵀ and dSᵀ in shared memory (a warp needs every query of its keys' rows, and computed
+//      only half of them);
+//   dQ (BLOCK_M queries × HEAD_DIM): the 16-row tiles of the Q tile × slices of D, as in step 22.
+// dK and dV stay in registers: (32, HEAD_DIM / 2) fp32 each, HEAD_DIM / 2 floats a thread each (128
+// together at D = 128, as in step 22: the same keys per block, split across D instead).
 template <int BLOCK_M_, int BLOCK_N_>
 struct BwdConfig {
   static constexpr int BLOCK_M = BLOCK_M_;
   static constexpr int BLOCK_N = BLOCK_N_;
-  static constexpr int NUM_WARPS = BLOCK_N / 16;  // each warp owns 16 keys
+  static constexpr int NUM_WARPS = 8;
   static constexpr int NUM_THREADS = NUM_WARPS * 32;
+  static constexpr int KEY_WARPS = 4;                        // warps down the keys (scores, dK, dV)
+  static constexpr int KEYS_PER_WARP = BLOCK_N / KEY_WARPS;  // 32
+  static constexpr int QUERY_WARPS = NUM_WARPS / KEY_WARPS;  // warps across the queries of Sᵀ: 2
+  static constexpr int QUERIES_PER_WARP = BLOCK_M / QUERY_WARPS;
+  static_assert(KEYS_PER_WARP == 32 && QUERIES_PER_WARP % 16 == 0, "each warp's score block is (32, 16·n)");
+  // Pᵀ and dSᵀ, (BLOCK_N keys, BLOCK_M queries): swizzled rows need 64 columns or more; 32 are
+  // padded by 16 bytes, which keeps ldmatrix and the 4-byte stores free of bank conflicts too.
+  using PtLayout = std::conditional_t<BLOCK_M % 64 == 0, SwizzledLayout<BLOCK_M>, PaddedLayout<BLOCK_M>>;
+  static constexpr int D_SPLITS = NUM_WARPS / KEY_WARPS;  // warps across D for dK and dV: 2
   // dQ = dS·K: the block's BLOCK_M query rows in 16-row tiles, the warps split over the row tiles
   // and, if there are more warps than row tiles, over column slices of D.
   static constexpr int ROW_TILES = BLOCK_M / 16;
   static constexpr int COL_SPLITS = NUM_WARPS / ROW_TILES;
   static_assert(NUM_WARPS % ROW_TILES == 0, "whole row tiles per warp");
   static constexpr int STAGES = 2;
-  // Shared memory: K, V (BLOCK_N, D), STAGES × [Q, dO] (BLOCK_M, D), dS (BLOCK_M, BLOCK_N) bf16,
-  // swizzled; then STAGES × [the Q tile's LSE (exp2 units), D], fp32.
+  // Shared memory: K, V (BLOCK_N, D), STAGES × [Q, dO] (BLOCK_M, D), Pᵀ and dSᵀ (BLOCK_N, BLOCK_M),
+  // bf16; then STAGES × [the Q tile's LSE (exp2 units), D], fp32. dS for dQ is dSᵀ read transposed
+  // (load_a_trans), not a third tile.
   template <int HEAD_DIM>
   static constexpr int smem_bytes() {
-    return SwizzledLayout<HEAD_DIM>::bytes(2 * BLOCK_N + STAGES * 2 * BLOCK_M) +
-           SwizzledLayout<BLOCK_N>::bytes(BLOCK_M) + STAGES * 2 * BLOCK_M * int(sizeof(float));
+    return SwizzledLayout<HEAD_DIM>::bytes(2 * BLOCK_N + STAGES * 2 * BLOCK_M) + 2 * PtLayout::bytes(BLOCK_N) +
+           STAGES * 2 * BLOCK_M * int(sizeof(float));
   }
 };
 
@@ -94,21 +108,23 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
                     const float scale_log2, const int64_t offset) {
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
   constexpr int DQ_COLS = HEAD_DIM / Cfg::COL_SPLITS;  // the columns of dQ one warp computes
+  constexpr int KV_COLS = HEAD_DIM / Cfg::D_SPLITS;    // the columns of dK and dV one warp keeps
+  constexpr int WK = Cfg::KEYS_PER_WARP, WQ = Cfg::QUERIES_PER_WARP;
   using Layout = SwizzledLayout<HEAD_DIM>;
-  using DsLayout = SwizzledLayout<BLOCK_N>;
+  using PtLayout = typename Cfg::PtLayout;  // Pᵀ and dSᵀ: rows are keys
   const AttentionParams& params = bp.fwd;
   extern __shared__ uint4 smem[];
   const SmemTile<BLOCK_N, Layout> k_tile{reinterpret_cast<bf16*>(smem)};  // (BLOCK_N, HEAD_DIM)
   const SmemTile<BLOCK_N, Layout> v_tile = next_tile(k_tile, 1);          // (BLOCK_N, HEAD_DIM)
   constexpr int STAGES = Cfg::STAGES;
   const SmemTile<BLOCK_M, Layout> qdo_tiles{v_tile.ptr + BLOCK_N * Layout::kRowElems};  // STAGES × [Q, dO]
-  const SmemTile<BLOCK_M, DsLayout> ds_tile{qdo_tiles.ptr + STAGES * 2 * BLOCK_M * Layout::kRowElems};
+  const SmemTile<BLOCK_N, PtLayout> pt_tile{qdo_tiles.ptr + STAGES * 2 * BLOCK_M * Layout::kRowElems};  // Pᵀ
+  const SmemTile<BLOCK_N, PtLayout> dst_tile = next_tile(pt_tile, 1);                                   // dSᵀ
   float* const lse_d_tiles =
-      reinterpret_cast<float*>(ds_tile.ptr + BLOCK_M * DsLayout::kRowElems);  // STAGES × [LSE, D]
+      reinterpret_cast<float*>(dst_tile.ptr + BLOCK_N * PtLayout::kRowElems);  // STAGES × [LSE, D]
 
   const int warp = int(threadIdx.x) / 32;
   const int n_q = int(params.seqlen_q), n_kv = int(params.seqlen_kv);
-  const auto visible = MaskT::element(params, offset);  // (query, key) -> visible, keys past N_kv included
 
   // ---- pointers: this block's KV tile of (batch b, KV head h_kv).
   const int n_start = int(blockIdx.x) * BLOCK_N;
@@ -117,7 +133,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
                       int64_t(n_start) * params.k_stride.seq;
   const bf16* v_ptr = static_cast<const bf16*>(params.v) + b * params.v_stride.batch + h_kv * params.v_stride.head +
                       int64_t(n_start) * params.v_stride.seq;
-  const int key0 = n_start + warp * 16;  // this warp's first key
+  // This warp's blocks: keys [key0, key0 + 32) (scores, dK, dV); queries [WQ·q_warp, +WQ) of the
+  // Q tile (scores); columns [d0, d0 + KV_COLS) of dK and dV.
+  const int k_warp = warp % Cfg::KEY_WARPS, q_warp = warp / Cfg::KEY_WARPS;
+  const int key_row0 = k_warp * WK, key0 = n_start + key_row0, d0 = q_warp * KV_COLS;
 
   // The Q tiles that see some key of this KV tile: from the mask's first to the last.
   const int m_tiles = (n_q + BLOCK_M - 1) / BLOCK_M;
@@ -130,8 +149,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   load_tile_async<NUM_THREADS>(v_tile, v_ptr, params.v_stride.seq, kv_rows);
   cp_async_commit();
 
-  // ---- init state: dK and dV of the warp's 16 keys, fp32.
-  Acc<HEAD_DIM> dk = zeros<HEAD_DIM>(), dv = zeros<HEAD_DIM>();
+  // ---- init state: dK and dV of the warp's 32 keys × KV_COLS columns, two 16-row tiles each, fp32.
+  Acc<KV_COLS> dk[2], dv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) dk[r] = zeros<KV_COLS>(), dv[r] = zeros<KV_COLS>();
 
   // ---- the work items: every (query head of the group, Q tile from m_first on), one flat list in
   // that order; item t's Q, dO, LSE and D go to stage t % STAGES. An item is (hq, m_block), the
@@ -181,37 +202,59 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     if (t + 1 < items) load_item(t + 1, hq, walk.tile(k));
     cp_async_commit();
 
-    // The Q tile's queries 16 at a time: a sub-tile's scores are all a warp holds at once (Sᵀ, Pᵀ,
-    // dPᵀ and dSᵀ of 16 columns, 8 floats a thread each), whatever BLOCK_M is.
-#pragma unroll 1
-    for (int sub = 0; sub < BLOCK_M / 16; ++sub) {
-      const int q0 = m_start + 16 * sub;  // the sub-tile's first query
-      const SmemTile<16, Layout> q_rows = row_block<16>(q_tile, sub), do_rows = row_block<16>(do_tile, sub);
-      // Sᵀ = K_w·Qᵀ: the warp's 16 keys against the sub-tile's queries.
-      Acc<16> s[1];
-      mma_qk_tiles(s, k_tile, warp * 16, q_rows);
-      // The mask, transposed (rows are keys): queries past N_q and whatever the policy hides get
-      // −inf, so that their P is 0; only on a sub-tile that is not fully visible.
-      if (MaskT::block_masked(params, int(offset), q0, 16, n_start, BLOCK_N))
-        apply_mask(s[0], key0, q0, [=](int key, int query) { return (query < n_q) & visible(query, key); });
-      const Acc<16> p = exp2_cols(s[0], scale_log2, lse2_tile + 16 * sub);  // Pᵀ, from the stored LSE
-      mma_pv(dv, to_bf16(p), do_rows);                                      // dV += Pᵀ·dO
+    // Sᵀ = K_w·Q_wᵀ and dPᵀ = V_w·dO_wᵀ: the warp's 32 keys against its WQ queries, two 16-key row
+    // tiles each, so every Q (dO) fragment feeds both row tiles.
+    const int q0 = m_start + q_warp * WQ;  // the warp's first query
+    const SmemTile<WQ, Layout> q_rows = row_block<WQ>(q_tile, q_warp), do_rows = row_block<WQ>(do_tile, q_warp);
+    Acc<WQ> s[2];
+    mma_qk_tiles(s, k_tile, key_row0, q_rows);
+    // The mask, transposed (rows are keys): queries past N_q and whatever the policy hides get
+    // −inf, so that their P is 0; only on a warp block that is not fully visible.
+    if (MaskT::block_masked(params, int(offset), q0, WQ, key0, WK)) {
+      const auto visible = MaskT::element(params, offset);  // (query, key) -> visible, keys past N_kv included
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        apply_mask(s[r], key0 + 16 * r, q0, [=](int key, int query) { return (query < n_q) & visible(query, key); });
+    }
+    // Pᵀ from the stored LSE, in place of Sᵀ before dPᵀ is computed: the scores and dPᵀ are never
+    // live together (with both, D = 128's deterministic kernel spilled).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) s[r] = exp2_cols(s[r], scale_log2, lse2_tile + q_warp * WQ);
+    Acc<WQ> dp[2];
+    mma_qk_tiles(dp, v_tile, key_row0, do_rows);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const Acc<WQ>& p = s[r];
+      const Acc<WQ> ds = ds_cols(p, dp[r], delta_tile + q_warp * WQ);  // dSᵀ = Pᵀ ∘ (dPᵀ − D)
+      // Both to shared memory as they are, (keys, queries): the products below need every query
+      // of a key's row, and this warp computed only WQ of them.
+      store_tile_rows(pt_tile, p, key_row0 + 16 * r, q_warp * WQ);
+      store_tile_rows(dst_tile, ds, key_row0 + 16 * r, q_warp * WQ);
+    }
+    __syncthreads();  // Pᵀ and dSᵀ of the whole block are in shared memory
 
-      Acc<16> dp[1];
-      mma_qk_tiles(dp, v_tile, warp * 16, do_rows);                 // dPᵀ = V_w·dOᵀ
-      const Acc<16> ds = ds_cols(p, dp[0], delta_tile + 16 * sub);  // dSᵀ = Pᵀ ∘ (dPᵀ − D)
-      mma_pv(dk, to_bf16(ds), q_rows);                              // dK += dSᵀ·Q (times c at the end)
-      // dS to shared memory as (queries, keys): the sub-tile's 16 rows, this warp's 16 columns.
-      store_transposed(row_block<16>(ds_tile, sub), ds, warp * 16);
+    // dV += Pᵀ·dO and dK += dSᵀ·Q (times c at the end): the warp's 32 keys (A fragments of Pᵀ and
+    // dSᵀ, all BLOCK_M queries) on its KV_COLS columns of dO and Q.
+    {
+      FragA<BLOCK_M> a[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) a[r] = load_a<BLOCK_M>(pt_tile, key_row0 + 16 * r);
+      mma_pv_rows<2>(dv, a, do_tile, d0);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) a[r] = load_a<BLOCK_M>(dst_tile, key_row0 + 16 * r);
+      mma_pv_rows<2>(dk, a, q_tile, d0);
     }
 
-    // dQ += dS·K: each warp takes 16 query rows of dS (and a slice of D) and adds c · dS·K into
-    // the fp32 accumulator.
-    __syncthreads();
+    // dQ += dS·K: each warp takes 16 query rows of dS (dSᵀ read transposed) and a slice of D, and
+    // adds c · dS·K into the fp32 accumulator.
+    // In two halves of the keys: half the A fragments live at a time.
     const int row_tile = warp / Cfg::COL_SPLITS, col0 = (warp % Cfg::COL_SPLITS) * DQ_COLS;
-    const FragA<BLOCK_N> ds_rows = load_a<BLOCK_N>(ds_tile, row_tile * 16);
     Acc<DQ_COLS> dq = zeros<DQ_COLS>();
-    mma_pv_cols(dq, ds_rows, k_tile, col0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const FragA<BLOCK_N / 2> ds_rows = load_a_trans<BLOCK_N / 2>(row_block<BLOCK_N / 2>(dst_tile, h), row_tile * 16);
+      mma_pv_cols(dq, ds_rows, row_block<BLOCK_N / 2>(k_tile, h), col0);
+    }
     // Deterministic: the KV tiles that see this Q tile are 0, 1, ..., some last one (a block's
     // first Q tile only moves down as its KV tile does), so this block's turn is its KV tile
     // number. Wait for it, add, and pass the turn on. Each element of dQ then receives its
@@ -241,8 +284,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
                  int64_t(n_start) * bp.dk_stride.seq;
   bf16* dv_ptr = static_cast<bf16*>(bp.dv) + b * bp.dv_stride.batch + h_kv * bp.dv_stride.head +
                  int64_t(n_start) * bp.dv_stride.seq;
-  store_rows(dk_ptr, bp.dk_stride.seq, dk, rows(scale_log2 / kLog2e), warp * 16, kv_rows);
-  store_rows(dv_ptr, bp.dv_stride.seq, dv, rows(1.0f), warp * 16, kv_rows);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    store_rows(dk_ptr + d0, bp.dk_stride.seq, dk[r], rows(scale_log2 / kLog2e), key_row0 + 16 * r, kv_rows);
+    store_rows(dv_ptr + d0, bp.dv_stride.seq, dv[r], rows(1.0f), key_row0 + 16 * r, kv_rows);
+  }
 }
 
 // 3. dQ from its fp32 accumulator (contiguous (B, H_q, N_q, D)) into the caller's bf16 dQ.

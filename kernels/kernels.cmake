@@ -27,7 +27,7 @@ foreach(d IN LISTS FA_HEAD_DIMS)
   math(EXPR fa_head_dim_mask "${fa_head_dim_mask} | (1 << (${d} / 8))" OUTPUT_FORMAT HEXADECIMAL)
 endforeach()
 
-# The production backward (kernels/bwd_mma.cu, from step 22): one object library for every
+# The production backward (kernels/bwd_mma.cu, from step 23): one object library for every
 # architecture the build targets, registered by both production kernels (their backward), linked
 # wherever they are.
 add_library(fa_kernel_bwd_mma OBJECT ${CMAKE_SOURCE_DIR}/kernels/bwd_mma.cu)
@@ -104,8 +104,8 @@ fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16
          KERNEL attention_kernel
   TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_hopper_test.cpp ${fa_backward_tests})
 
-# The backward's rules: step 22's (tensor cores, ldmatrix, cp.async, no local memory; on sm_90 dQ
-# through vector atomics only), and step 22's instruction counts per configuration.
+# The backward's rules: step 23's (tensor cores, ldmatrix, cp.async, no local memory; on sm_90 dQ
+# through vector atomics only), and step 23's instruction counts per configuration.
 if(FA_BUILD_TESTS)
   fa_sass_check_command(cmd fa_kernel_bwd_mma REQUIRE HMMA LDSM LDGSTS KERNEL backward_kernel)
   add_test(NAME static.kernels.bwd_mma COMMAND ${cmd})
@@ -115,12 +115,12 @@ if(FA_BUILD_TESTS)
   add_test(NAME static.kernels.bwd_mma.vector_atomics COMMAND ${cmd})
   set_tests_properties(static.kernels.bwd_mma.vector_atomics PROPERTIES LABELS "static;kernels" SKIP_RETURN_CODE 77)
   find_package(Python3 COMPONENTS Interpreter QUIET)
-  if(Python3_Interpreter_FOUND AND TARGET fa_step22)
-    add_test(NAME static.kernels.bwd_mma.same_as_step22
+  if(Python3_Interpreter_FOUND AND TARGET fa_step23)
+    add_test(NAME static.kernels.bwd_mma.same_as_step23
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
-                     --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_mma> --step $<TARGET_OBJECTS:fa_step22>
+                     --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_mma> --step $<TARGET_OBJECTS:fa_step23>
                      --ins HMMA LDSM LDGSTS MUFU.EX2 RED REDG BAR.SYNC --head-dims ${FA_HEAD_DIMS})
-    set_tests_properties(static.kernels.bwd_mma.same_as_step22 PROPERTIES LABELS "static;kernels")
+    set_tests_properties(static.kernels.bwd_mma.same_as_step23 PROPERTIES LABELS "static;kernels")
   endif()
 endif()
 

@@ -13,7 +13,7 @@ constexpr int kProductionMma = 100;
 constexpr int kProductionHopper = 101;
 
 namespace bwd {
-/// The production backward on mma.sync (kernels/bwd_mma.cu, generalised from step 22): the
+/// The production backward on mma.sync (kernels/bwd_mma.cu, generalised from step 23): the
 /// backward both production kernels register, on any sm_80+ GPU.
 Status backward(const BackwardParams& bp, cudaStream_t stream);
 /// What it supports: the forward's common capabilities and the deterministic mode.
