@@ -16,6 +16,11 @@
 //                      bf16 pairs: Pᵀ and dSᵀ for the products that need all of a block's queries
 //   load_a_trans       A fragments of the TRANSPOSE of a shared tile (ldmatrix.trans): dS for
 //                      dQ = dS·K, read from the (keys, queries) tile that holds dSᵀ
+//   store_rows_f32     a warp's (16, C) fp32 tile into a plain fp32 shared tile (step 24: dQ
+//                      staged, so that its atomics leave from shared memory, not from registers)
+//   atomic_add_tile_x4 a (ROWS, COLS) fp32 shared tile added into global rows by THREADS threads
+//                      together, 16-byte vector atomics (sm_90), consecutive threads on consecutive
+//                      16 bytes of a row
 #pragma once
 
 #include <cstdint>
@@ -149,6 +154,55 @@ __device__ __forceinline__ FragA<K> load_a_trans(SmemTile<ROWS, Layout> tile, in
   for (int kk = 0; kk < K / 16; ++kk)
     ptx::ldmatrix_x4_trans(a.a[kk], tile.addr() + Layout::move(lane_bytes, kk, col0 / 16));
   return a;
+}
+
+/// Rows [row0, row0 + 16) of a plain fp32 shared tile (rows `pitch` floats apart) = the warp's
+/// (16, C) tile x, as it is: a lane's elements e and e + 1 are adjacent columns, one 8-byte store.
+/// pitch ≡ 8 (mod 32) keeps a warp's stores at two wavefronts (the minimum for 256 bytes): rows
+/// g and g + 1 land 8 banks apart.
+template <int C>
+__device__ __forceinline__ void store_rows_f32(float* tile, int pitch, const Acc<C>& x, int row0) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int f = 0; f < C / 8; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2)
+      *reinterpret_cast<float2*>(tile + (row0 + ptx::mma_c_row(lane, e)) * pitch + f * 8 + ptx::mma_c_col(lane, e)) =
+          make_float2(x.c[f][e], x.c[f][e + 1]);
+}
+
+/// dst[r·stride + c] += scale · tile[r·pitch + c] for the (ROWS, COLS) fp32 shared tile, rows at or
+/// past valid_rows skipped, by THREADS threads (index `tid` among them) together. With SUMMANDS > 1,
+/// the sum of that many tiles, `summand_stride` floats apart, is added. Thread tid takes
+/// 16-byte chunks tid, tid + THREADS, ... in row order, one vector atomic each (sm_90:
+/// `atomicAdd(float4*, float4)`; before sm_90, four scalar ones). Few registers, whatever the
+/// tile's size: a kernel whose accumulators fill the register file adds its dQ this way (step 24).
+/// dst and the stride must keep every row 16-byte aligned, the tile's rows too (pitch % 4 == 0).
+template <int ROWS, int COLS, int THREADS, int SUMMANDS = 1>
+__device__ __forceinline__ void atomic_add_tile_x4(float* dst, int64_t stride, const float* tile, int pitch,
+                                                   float scale, int valid_rows, int tid, int summand_stride = 0) {
+  constexpr int kChunksPerRow = COLS / 4, kChunks = ROWS * kChunksPerRow;
+  static_assert(COLS % 4 == 0 && kChunks % THREADS == 0, "whole 16-byte chunks, evenly over the threads");
+#pragma unroll
+  for (int i = 0; i < kChunks / THREADS; ++i) {
+    const int chunk = tid + i * THREADS, row = chunk / kChunksPerRow, col = 4 * (chunk % kChunksPerRow);
+    if (row >= valid_rows) continue;
+    float4 v = *reinterpret_cast<const float4*>(tile + row * pitch + col);
+#pragma unroll
+    for (int k = 1; k < SUMMANDS; ++k) {
+      const float4 w = *reinterpret_cast<const float4*>(tile + k * summand_stride + row * pitch + col);
+      v = make_float4(v.x + w.x, v.y + w.y, v.z + w.z, v.w + w.w);
+    }
+    float* const d = dst + row * stride + col;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float4*>(d), make_float4(scale * v.x, scale * v.y, scale * v.z, scale * v.w));
+#else
+    atomicAdd(d, scale * v.x);
+    atomicAdd(d + 1, scale * v.y);
+    atomicAdd(d + 2, scale * v.z);
+    atomicAdd(d + 3, scale * v.w);
+#endif
+  }
 }
 
 #endif  // __CUDACC__

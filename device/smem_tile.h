@@ -129,6 +129,17 @@ __device__ __forceinline__ SmemTile<ROWS, Layout> next_tile(SmemTile<ROWS, Layou
   return {t.ptr + index * ROWS * Layout::kRowElems};
 }
 
+/// The same tile, its address opaque to the compiler from this point: address arithmetic derived
+/// from it is computed after this point, where it is used. In a loop over tiles that stay put (the
+/// backward's K, V and dSᵀ), it stops the compiler from hoisting every wgmma descriptor of a
+/// product (D / 16 of them, 64 bits each) out of the loop into registers the accumulators need
+/// (step 24: 136 bytes of spill without it).
+template <int ROWS, typename Layout>
+__device__ __forceinline__ SmemTile<ROWS, Layout> opaque(SmemTile<ROWS, Layout> t) {
+  asm volatile("" : "+l"(t.ptr));
+  return t;
+}
+
 /// Rows [SUB·index, SUB·index + SUB) of a tile, as a tile of their own (SUB a multiple of 8, so the
 /// swizzle's row pattern, r % 8, is the same in the view: a plain pointer offset).
 template <int SUB, int ROWS, typename Layout>

@@ -9,6 +9,11 @@
 //   mma_pv_async(o_i, p, v_tile);                     O += P·V        (64, HEAD_DIM) per warpgroup
 //   ptx::wgmma_commit();  wait_for<0>(o_i);
 //
+// The backward (step 24) uses the same two products with other operands (Sᵀ = K·Qᵀ is
+// mma_qk_async with K in Q's place; dV += Pᵀ·dO is mma_pv_async with dO in V's place), and one more:
+//   mma_at_b_async(dq, ds_t_tile, q_panel, k_tile, d_panel);   dQ = dS·K  (64, 64) per warpgroup
+// whose A, dS, is stored transposed (dSᵀ, rows are keys): both of its operands are MN-major.
+//
 // The point of the design: a warpgroup's wgmma accumulator is, warp by warp, exactly the Acc of
 // the warp's own 16 rows (device/ptx/wgmma.h), and the A registers of P·V are exactly the warp's
 // FragA. So every softmax operation of the warp-tile vocabulary (row_max, exp2_rows, rescale,
@@ -79,6 +84,22 @@ __device__ __forceinline__ void mma_pv_async(Acc<D>& o, const FragA<N>& p, SmemT
 #pragma unroll
   for (int kk = 0; kk < N / 16; ++kk)
     ptx::wgmma_rs_mn<D>(o.c, p.a[kk], ptx::smem_desc_mn_major(v + kk * 16 * 128, N * 128), true);
+}
+
+/// d (64, 64) = Aᵀ·B, where A and B are stored with the product's K as their rows: A = columns
+/// [64·a_panel, +64) of `a_tile` (K, ACOLS) and B = columns [64·b_panel, +64) of `b_tile` (K, BCOLS),
+/// one 64-column panel each. Both are MN-major operands (their 64 M or N values of a K row are one
+/// 128-byte row of the panel), so per 16 K rows the descriptors move 16 rows of 128 bytes down, as
+/// mma_pv_async's V does: K / 16 wgmmas. In the backward: dQ = dS·K, from the dSᵀ tile (keys,
+/// queries) and the K tile (keys, D). Issued, not waited for; d needs no zeros first.
+template <int K, int ACOLS, int BCOLS>
+__device__ __forceinline__ void mma_at_b_async(Acc<64>& d, SmemTile<K, WgmmaLayout<K, ACOLS>> a_tile, int a_panel,
+                                               SmemTile<K, WgmmaLayout<K, BCOLS>> b_tile, int b_panel) {
+  const uint32_t a = a_tile.addr() + uint32_t(a_panel) * K * 128, b = b_tile.addr() + uint32_t(b_panel) * K * 128;
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+    ptx::wgmma_ss_mn<64>(d.c, ptx::smem_desc_mn_major(a + kk * 16 * 128, K * 128),
+                         ptx::smem_desc_mn_major(b + kk * 16 * 128, K * 128), kk > 0);
 }
 
 #endif  // __CUDACC__

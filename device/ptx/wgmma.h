@@ -18,7 +18,8 @@
 //              16 columns; the hardware applies the XOR to the address it forms)
 //     stride byte offset (SBO) = 1024: from one 8-row group to the next
 //     leading byte offset (LBO): unused (16 columns never leave their panel)
-//   MN-major operand (the N values of a row are contiguous: V, whose rows are the K of P·V)
+//   MN-major operand (the N values of a row are contiguous: V, whose rows are the K of P·V; and
+//   an A stored transposed, its M values contiguous: the backward's dSᵀ, read as dS)
 //     start  = row k0 of panel 0 (a multiple of 16 rows: + 16 · 128 bytes per 16 rows)
 //     SBO = 1024: from one group of 8 K-rows to the next
 //     LBO = the panel size: from N columns 0-63 to 64-127
@@ -130,6 +131,10 @@ __device__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b,
 /// The same with A (64×16 bf16, mma.sync's A fragment per warp) in registers and B MN-major.
 template <int N>
 __device__ void wgmma_rs_mn(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate);
+/// The same with both A and B MN-major in shared memory (imm-trans-a = imm-trans-b = 1): A is
+/// stored as its transpose, 16 K-rows of 64 M values each (the backward's dSᵀ, read as dS).
+template <int N>
+__device__ void wgmma_ss_mn(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate);
 
 // The operand lists, written once: the accumulator registers of fragments f .. f + 7 ("+f": the
 // wgmma reads and writes them), and the asm names of the first and the second 32 of them.
@@ -161,6 +166,14 @@ __device__ __forceinline__ void wgmma_rs_mn<64>(float (&d)[8][4], const uint32_t
                               "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
                : FA_WG_ACC32(0)
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_ss_mn<64>(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  FA_SM90A_ASM(FA_WG_PRED(34) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" FA_WG_REGS_0_31
+                              "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+               : FA_WG_ACC32(0)
+               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
 }
 
 template <>

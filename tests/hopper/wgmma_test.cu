@@ -1,7 +1,9 @@
 // The wgmma operations of device/warpgroup_tile.h against a CPU product, on the tiles and
 // shapes step 11 uses. Two warpgroups (256 threads) each compute their 64 rows:
 //   QK: S = Q·Kᵀ, Q (128, D) and K (N, D) in WgmmaLayout tiles (K-major descriptors);
-//   PV: O = O0 + P·V, P (128, N) in registers as each warp's FragA, V (N, D) MN-major.
+//   PV: O = O0 + P·V, P (128, N) in registers as each warp's FragA, V (N, D) MN-major;
+//   AtB (the backward's dQ = dS·K): warpgroup w computes the (64, 64) block (a_panel, b_panel)
+//   = (w % A panels, w / A panels) of Aᵀ·B, A (K, ACOLS) and B (K, BCOLS) both MN-major.
 // Every thread writes each accumulator element where the warp-tile layout says it belongs
 // (mma_c_row / mma_c_col of its warp's 16 rows). A wrong descriptor field (LBO, SBO, swizzle),
 // a wrong K step, a wrong panel offset or a wrong accumulator layout puts values in the wrong
@@ -81,6 +83,30 @@ __global__ void pv_kernel(const float* p_in, const bf16* v, const float* o0, flo
     for (int e = 0; e < 4; ++e) out[at(f, e, D)] = o.c[f][e];
 }
 
+// out (ACOLS, BCOLS) fp32 = Aᵀ·B, A (K, ACOLS) and B (K, BCOLS): each warpgroup its own 64 × 64 block.
+template <int K, int ACOLS, int BCOLS>
+__global__ void at_b_kernel(const bf16* a, const bf16* b, float* out) {
+  extern __shared__ uint4 smem[];
+  bf16* base = aligned_for_wgmma(smem);
+  const SmemTile<K, WgmmaLayout<K, ACOLS>> a_tile{base};
+  const SmemTile<K, WgmmaLayout<K, BCOLS>> b_tile{base + K * ACOLS};
+  load_tile<kThreads>(a_tile, a, ACOLS, K);
+  load_tile<kThreads>(b_tile, b, BCOLS, K);
+  ptx::fence_proxy_async_shared();
+  __syncthreads();
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, wg = warp / 4;
+  const int a_panel = wg % (ACOLS / 64), b_panel = wg / (ACOLS / 64);
+  Acc<64> d;
+  wgmma_begin(d);
+  mma_at_b_async(d, a_tile, a_panel, b_tile, b_panel);
+  ptx::wgmma_commit();
+  wait_for<0>(d);
+  for (int f = 0; f < 8; ++f)
+    for (int e = 0; e < 4; ++e)
+      out[(64 * a_panel + 16 * (warp % 4) + ptx::mma_c_row(lane, e)) * BCOLS + 64 * b_panel + 8 * f +
+          ptx::mma_c_col(lane, e)] = d.c[f][e];
+}
+
 float round_bf16(float x) {
   return __bfloat162float(__float2bfloat16(x));
 }
@@ -146,6 +172,42 @@ void check_pv() {
       }
       ASSERT_NEAR(out[m * D + d], want, 1e-5 * scale + 1e-6) << "O[" << m << "][" << d << "]";
     }
+}
+
+// Two warpgroups cover (ACOLS / 64) × (BCOLS / 64) = 2 blocks: the backward's two cases, dSᵀ with
+// two query panels against K at D = 64 (a_panel = warpgroup), and one query panel against K at
+// D = 128 (b_panel = warpgroup).
+template <int K, int ACOLS, int BCOLS>
+void check_at_b() {
+  FA_REQUIRE_SM90A();
+  static_assert((ACOLS / 64) * (BCOLS / 64) == kThreads / 128, "one 64 × 64 block per warpgroup");
+  constexpr int smem = 1024 + 2 * K * (ACOLS + BCOLS);
+  const std::vector<float> a = random_values(K * ACOLS, 43 + ACOLS), b = random_values(K * BCOLS, 47 + BCOLS);
+  DeviceBuffer<bf16> da(a.size()), db(b.size());
+  DeviceBuffer<float> dout(ACOLS * BCOLS);
+  da.upload(to_device_bf16(a));
+  db.upload(to_device_bf16(b));
+  dout.poison();
+  FA_CUDA_CHECK(cudaFuncSetAttribute(at_b_kernel<K, ACOLS, BCOLS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  at_b_kernel<K, ACOLS, BCOLS><<<1, kThreads, smem>>>(da.get(), db.get(), dout.get());
+  FA_CUDA_CHECK(cudaGetLastError());
+  const std::vector<float> out = dout.download();
+  for (int m = 0; m < ACOLS; ++m)
+    for (int n = 0; n < BCOLS; ++n) {
+      double want = 0, scale = 0;
+      for (int k = 0; k < K; ++k) {
+        want += double(a[k * ACOLS + m]) * b[k * BCOLS + n];
+        scale += std::fabs(double(a[k * ACOLS + m]) * b[k * BCOLS + n]);
+      }
+      ASSERT_NEAR(out[m * BCOLS + n], want, 1e-5 * scale + 1e-6) << "(AᵀB)[" << m << "][" << n << "]";
+    }
+}
+
+TEST(Wgmma, AtBK128A128B64) {
+  check_at_b<128, 128, 64>();
+}
+TEST(Wgmma, AtBK128A64B128) {
+  check_at_b<128, 64, 128>();
 }
 
 TEST(Wgmma, QkD64N64) {
