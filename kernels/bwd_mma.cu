@@ -25,6 +25,7 @@
 #include "device/tiles.h"
 #include "device/warp_tile.h"
 #include "fa/registry.h"
+#include "kernels/backward.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
 #include "kernels/mask.h"
@@ -38,26 +39,7 @@ using namespace fa::tile;
 using fa::ptx::cp_async_commit;
 using fa::ptx::cp_async_wait;
 
-// 1. D_i = rowsum(dO_i ∘ O_i) in fp32, one thread per query row (B·H_q·N_q of them), into the
-// workspace's contiguous (B, H_q, N_q) array.
-// Beside it, the row's LSE in exp2 units (LSE·log2 e, and +inf for a row that saw no key, so that
-// its P is 0 and not NaN), which the main kernel copies as it is.
-template <int HEAD_DIM>
-__global__ void preprocess_kernel(const BackwardParams bp, float* delta, float* lse2) {
-  const AttentionParams& p = bp.fwd;
-  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (row >= p.batch * p.heads_q * p.seqlen_q) return;
-  const int64_t i = row % p.seqlen_q, bh = row / p.seqlen_q, b = bh / p.heads_q, h = bh % p.heads_q;
-  const bf16* o = static_cast<const bf16*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head + i * p.o_stride.seq;
-  const bf16* d_o =
-      static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head + i * bp.do_stride.seq;
-  float sum = 0.0f;
-#pragma unroll 8
-  for (int d = 0; d < HEAD_DIM; ++d) sum += __bfloat162float(o[d]) * __bfloat162float(d_o[d]);
-  delta[row] = sum;
-  const float lse = p.lse[row];
-  lse2[row] = lse == -INFINITY ? INFINITY : lse * kLog2e;
-}
+// 1. The preprocess (D and the LSE in exp2 units) and 3. the convert: kernels/backward.h.
 
 // One backward configuration: BLOCK_M queries per Q tile, BLOCK_N keys per block, Q tiles in
 // flight (STAGES: the current one and the next). The 8 warps tile the block's work three ways:
@@ -291,58 +273,22 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   }
 }
 
-// 3. dQ from its fp32 accumulator (contiguous (B, H_q, N_q, D)) into the caller's bf16 dQ.
-__global__ void convert_dq_kernel(const BackwardParams bp, const float* dq_accum) {
-  const AttentionParams& p = bp.fwd;
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= p.batch * p.heads_q * p.seqlen_q * p.head_dim) return;
-  const int64_t d = idx % p.head_dim, row = idx / p.head_dim;
-  const int64_t i = row % p.seqlen_q, bh = row / p.seqlen_q, b = bh / p.heads_q, h = bh % p.heads_q;
-  static_cast<bf16*>(bp.dq)[b * bp.dq_stride.batch + h * bp.dq_stride.head + i * bp.dq_stride.seq + d] =
-      __float2bfloat16(dq_accum[idx]);
-}
-
 template <int HEAD_DIM, typename Cfg>
 Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const AttentionParams& p = bp.fwd;
-  const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
-  // The workspace's parts (include/fa/params.h): dQ's fp32 accumulator, D, the turnstiles, and the
-  // LSE in exp2 units.
   // Shared memory first, before anything is written: at D = 128 a block needs 104.5 KB, more than
   // GPUs of compute capability 8.6 and 8.9 give one (99 KB), and there the call is refused as
   // unsupported, so that the library's choice moves on to a kernel that fits.
   constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
   const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true> : backward_kernel<HEAD_DIM, Cfg, false>;
   if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
-  const BackwardWorkspace ws = backward_workspace(p);
-  char* const base = static_cast<char*>(bp.workspace);
-  float* dq_accum = reinterpret_cast<float*>(base + ws.dq_accum);
-  float* delta = reinterpret_cast<float*>(base + ws.delta);
-  int* turnstiles = reinterpret_cast<int*>(base + ws.turnstiles);
-  float* lse2 = reinterpret_cast<float*>(base + ws.lse2);
-  FA_CUDA_RETURN(cudaMemsetAsync(dq_accum, 0, ws.dq_accum_count * sizeof(float), stream));
-  if (bp.deterministic) FA_CUDA_RETURN(cudaMemsetAsync(turnstiles, 0, ws.turnstile_count * sizeof(int), stream));
-  preprocess_kernel<HEAD_DIM><<<unsigned(cdiv(rows, 256)), 256, 0, stream>>>(bp, delta, lse2);
-  FA_LAUNCH_RETURN();
-  const dim3 grid(unsigned(cdiv(p.seqlen_kv, Cfg::BLOCK_N)), unsigned(p.batch * p.heads_kv));
-  kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(bp, delta, lse2, dq_accum, turnstiles, scale_log2(p),
-                                                   p.causal_offset());
-  FA_LAUNCH_RETURN();
-  convert_dq_kernel<<<unsigned(cdiv(rows * HEAD_DIM, 256)), 256, 0, stream>>>(bp, dq_accum);
-  FA_LAUNCH_RETURN();
-  return Status::Ok();
-}
-
-// The backward's grids: the main kernel's B·H_kv along y, and the convert kernel's one thread per
-// element of dQ along x (B·H_q·N_q·D / 256 blocks).
-Status check_backward_grids(const AttentionParams& p) {
-  if (p.batch * p.heads_kv > kMaxGridYZ)
-    return Status::Unsupported("the backward's grid holds B·H_kv up to 65535 (got " +
-                               std::to_string(p.batch * p.heads_kv) + ")");
-  if (cdiv(p.batch * p.heads_q * p.seqlen_q * p.head_dim, 256) > kMaxGridX)
-    return Status::Unsupported("the backward's dQ conversion has one thread per element of dQ: at most " +
-                               std::to_string(kMaxGridX * 256) + " elements (B·H_q·N_q·D)");
-  return Status::Ok();
+  return bwd_common::run<HEAD_DIM>(bp, stream, [&](const bwd_common::Buffers& w) {
+    const dim3 grid(unsigned(cdiv(p.seqlen_kv, Cfg::BLOCK_N)), unsigned(p.batch * p.heads_kv));
+    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(bp, w.delta, w.lse2, w.dq_accum, w.turnstiles, scale_log2(p),
+                                                     p.causal_offset());
+    FA_LAUNCH_RETURN();
+    return Status::Ok();
+  });
 }
 
 }  // namespace
@@ -356,7 +302,7 @@ Capabilities backward_caps() {
 Status backward(const BackwardParams& bp, cudaStream_t stream) {
   static const Capabilities caps = backward_caps();
   if (Status st = validate_backward(bp, caps); !st.ok()) return st;
-  if (Status st = check_backward_grids(bp.fwd); !st.ok()) return st;
+  if (Status st = bwd_common::check_backward_grids(bp.fwd); !st.ok()) return st;
   if constexpr (head_dim_built(64))
     if (bp.fwd.head_dim == 64) return launch_backward<64, BwdConfig<64, 128>>(bp, stream);
   if constexpr (head_dim_built(128))

@@ -326,7 +326,7 @@ const Capabilities kCaps = [] {
   c.tma = true;                             // 32-bit coordinates, 40-bit byte strides
   c.max_work_tiles = kMaxWorkTiles;         // the persistent grid's 32-bit tile counter,
   c.work_tile_rows = kTuner.min_block_m();  // counted in the smallest tiles any configuration takes
-  c.deterministic_backward = true;          // its backward: the production mma.sync one (kernels/bwd_mma.cu)
+  c.deterministic_backward = true;          // its backward: the Hopper one (kernels/bwd_hopper.cu)
   return c;
 }();
 
@@ -340,6 +340,6 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
 FA_REGISTER_STEP({kProductionHopper, "kernel_hopper", /*base=*/16,
                   "the production forward on Hopper: step 16 with its mask, score hook, scheduler and epilogue "
                   "as policies",
-                  kCaps, &forward, "", &bwd::backward})
+                  kCaps, &forward, "", &bwd_hopper::backward})
 
 }  // namespace fa::kernels::hopper

@@ -27,14 +27,22 @@ foreach(d IN LISTS FA_HEAD_DIMS)
   math(EXPR fa_head_dim_mask "${fa_head_dim_mask} | (1 << (${d} / 8))" OUTPUT_FORMAT HEXADECIMAL)
 endforeach()
 
-# The production backward (kernels/bwd_mma.cu, from step 23): one object library for every
-# architecture the build targets, registered by both production kernels (their backward), linked
-# wherever they are.
+# The production backward on mma.sync (kernels/bwd_mma.cu, from step 23): one object library for every
+# architecture the build targets, registered by the mma.sync production kernel (its backward),
+# linked wherever the production kernels are.
 add_library(fa_kernel_bwd_mma OBJECT ${CMAKE_SOURCE_DIR}/kernels/bwd_mma.cu)
 target_link_libraries(fa_kernel_bwd_mma PUBLIC fa_library)
 target_compile_definitions(fa_kernel_bwd_mma PRIVATE FA_KERNEL_HEAD_DIM_MASK=${fa_head_dim_mask}ull)
 target_compile_options(fa_kernel_bwd_mma PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=177>)
 set_property(GLOBAL APPEND PROPERTY FA_KERNEL_TARGETS fa_kernel_bwd_mma)
+# The Hopper backward (kernels/bwd_hopper.cu, from step 24), sm_90a alone, registered by the Hopper
+# production kernel.
+add_library(fa_kernel_bwd_hopper OBJECT ${CMAKE_SOURCE_DIR}/kernels/bwd_hopper.cu)
+set_target_properties(fa_kernel_bwd_hopper PROPERTIES CUDA_ARCHITECTURES 90a)
+target_link_libraries(fa_kernel_bwd_hopper PUBLIC fa_library)
+target_compile_definitions(fa_kernel_bwd_hopper PRIVATE FA_KERNEL_HEAD_DIM_MASK=${fa_head_dim_mask}ull)
+target_compile_options(fa_kernel_bwd_hopper PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=177>)
+set_property(GLOBAL APPEND PROPERTY FA_KERNEL_TARGETS fa_kernel_bwd_hopper)
 
 # fa_production_kernel(<name> <source> [ARCH <architectures>] [SAME_AS_STEP <NN>] [INS <instruction>...]
 #                      [STATIC <sass_check rules>...] [TESTS <sources>...])
@@ -63,8 +71,8 @@ function(fa_production_kernel name source)
     return()
   endif()
   add_executable(fa_test_kernel_${name} ${A_TESTS} ${CMAKE_SOURCE_DIR}/steps/06_autotune/tests/autotune_test.cpp)
-  target_link_libraries(fa_test_kernel_${name} PRIVATE fa_gpu_suite fa_kernel_${name} fa_kernel_bwd_mma fa_harness
-                                                       GTest::gtest)
+  target_link_libraries(fa_test_kernel_${name} PRIVATE fa_gpu_suite fa_kernel_${name} fa_kernel_bwd_mma
+                                                       fa_kernel_bwd_hopper fa_harness GTest::gtest)
   gtest_discover_tests(fa_test_kernel_${name} TEST_PREFIX "kernels.${name}." DISCOVERY_TIMEOUT 60
                        DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "gpu")
   fa_sass_check_command(cmd fa_kernel_${name} ${A_STATIC})
@@ -121,6 +129,22 @@ if(FA_BUILD_TESTS)
                      --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_mma> --step $<TARGET_OBJECTS:fa_step23>
                      --ins HMMA LDSM LDGSTS MUFU.EX2 RED REDG BAR.SYNC --head-dims ${FA_HEAD_DIMS})
     set_tests_properties(static.kernels.bwd_mma.same_as_step23 PROPERTIES LABELS "static;kernels")
+  endif()
+endif()
+
+# The Hopper backward's rules: step 24's (wgmma only, cp.async, 16-byte dQ atomics only, no local
+# memory) and step 24's instruction counts per configuration.
+if(FA_BUILD_TESTS)
+  fa_sass_check_command(cmd fa_kernel_bwd_hopper REQUIRE HGMMA LDGSTS REDG.E.ADD.F32x4
+                        FORBID HMMA LDSM REDG.E.ADD.F32 REDG.E.ADD.F32x2 KERNEL backward_kernel)
+  add_test(NAME static.kernels.bwd_hopper COMMAND ${cmd})
+  set_tests_properties(static.kernels.bwd_hopper PROPERTIES LABELS "static;kernels")
+  if(Python3_Interpreter_FOUND AND TARGET fa_step24)
+    add_test(NAME static.kernels.bwd_hopper.same_as_step24
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
+                     --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_hopper> --step $<TARGET_OBJECTS:fa_step24>
+                     --ins HGMMA LDGSTS MUFU.EX2 RED REDG BAR.SYNC --head-dims ${FA_HEAD_DIMS})
+    set_tests_properties(static.kernels.bwd_hopper.same_as_step24 PROPERTIES LABELS "static;kernels")
   endif()
 endif()
 

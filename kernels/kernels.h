@@ -14,10 +14,18 @@ constexpr int kProductionHopper = 101;
 
 namespace bwd {
 /// The production backward on mma.sync (kernels/bwd_mma.cu, generalised from step 23): the
-/// backward both production kernels register, on any sm_80+ GPU.
+/// mma.sync production kernel's backward, on any sm_80+ GPU.
 Status backward(const BackwardParams& bp, cudaStream_t stream);
 /// What it supports: the forward's common capabilities and the deterministic mode.
 Capabilities backward_caps();
 }  // namespace bwd
+
+namespace bwd_hopper {
+/// The production backward on Hopper (kernels/bwd_hopper.cu, sm_90a, generalised from step 24):
+/// the Hopper production kernel's backward.
+Status backward(const BackwardParams& bp, cudaStream_t stream);
+/// What it supports: the forward's common capabilities, the deterministic mode, sm_90 only.
+Capabilities backward_caps();
+}  // namespace bwd_hopper
 
 }  // namespace fa::kernels

@@ -7,7 +7,8 @@ count of each named instruction (tensor-core, ldmatrix, cp.async, exp2) in the S
                  [--family forward|backward]
 
 Kernels are matched by their template arguments `attention_kernel<HEAD_DIM, Config<...>, ...>`
-(--family backward: `backward_kernel<HEAD_DIM, BwdConfig<BLOCK_M, BLOCK_N>, DETERMINISTIC, ...>`);
+(--family backward: `backward_kernel<HEAD_DIM, BwdConfig<...>, DETERMINISTIC, ...>`, BwdConfig's integer
+arguments whatever their number: <BLOCK_M, BLOCK_N> on mma.sync, <HEAD_DIM> on Hopper);
 a configuration one object has and the other lacks is a failure too. --head-dims: compare only those (the
 head dims the build compiles the production kernels for, FA_HEAD_DIMS). Exit 1 with a table of every
 difference."""
@@ -19,8 +20,15 @@ import sys
 
 KEY_RE = {
     "forward": re.compile(r"attention_kernelILi(\d+)E.*?ConfigILi(-?\d+)ELi(-?\d+)ELi(-?\d+)E"),
-    "backward": re.compile(r"backward_kernelILi(\d+)E.*?BwdConfigILi(\d+)ELi(\d+)EEELb([01])E"),
+    "backward": re.compile(r"backward_kernelILi(\d+)E.*?BwdConfigI((?:Li\d+E)+)EELb([01])E"),
 }
+
+
+def config_key(family, m):
+    """The configuration's integers (and, backward, the deterministic flag last)."""
+    if family == "backward":
+        return tuple(int(x) for x in re.findall(r"Li(\d+)E", m.group(2))) + (int(m.group(3)),)
+    return tuple(int(g) for g in m.groups()[1:])
 
 
 def counts(cuobjdump, obj, names, family="forward"):
@@ -32,7 +40,7 @@ def counts(cuobjdump, obj, names, family="forward"):
             arch = line.split("arch = ")[1].strip()
         elif "Function : " in line:
             m = KEY_RE[family].search(line)
-            key = (arch, int(m.group(1)), tuple(int(g) for g in m.groups()[1:])) if m else None
+            key = (arch, int(m.group(1)), config_key(family, m)) if m else None
         elif key is not None:
             for n in names:
                 if re.search(r"\b" + re.escape(n) + r"\b", line):

@@ -1,0 +1,106 @@
+// What the production backwards share (kernels/bwd_mma.cu, kernels/bwd_hopper.cu): the two small
+// kernels around the main one and the order of the launches. Only the main kernel differs
+// between mma.sync and Hopper.
+//
+//   1. preprocess   D_i = rowsum(dO_i ∘ O_i), and the LSE in exp2 units, per query row
+//   2. main kernel  dK, dV per KV tile; dQ added into its fp32 accumulator
+//   3. convert      dQ = the accumulator, rounded to bf16
+//
+// Everything they need beyond the call's tensors is the caller's workspace
+// (include/fa/params.h, backward_workspace): no allocation inside the call.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "fa/registry.h"
+#include "kernels/launch.h"
+#include "library/cuda_status.h"
+#include "library/launch_limits.h"
+
+namespace fa::kernels::bwd_common {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// 1. D_i = rowsum(dO_i ∘ O_i) in fp32, one thread per query row (B·H_q·N_q of them), into the
+// workspace's contiguous (B, H_q, N_q) array.
+// Beside it, the row's LSE in exp2 units (LSE·log2 e, and +inf for a row that saw no key, so that
+// its P is 0 and not NaN), which the main kernel copies as it is.
+template <int HEAD_DIM>
+__global__ void preprocess_kernel(const BackwardParams bp, float* delta, float* lse2) {
+  const AttentionParams& p = bp.fwd;
+  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= p.batch * p.heads_q * p.seqlen_q) return;
+  const int64_t i = row % p.seqlen_q, bh = row / p.seqlen_q, b = bh / p.heads_q, h = bh % p.heads_q;
+  const bf16* o = static_cast<const bf16*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head + i * p.o_stride.seq;
+  const bf16* d_o =
+      static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head + i * bp.do_stride.seq;
+  float sum = 0.0f;
+#pragma unroll 8
+  for (int d = 0; d < HEAD_DIM; ++d) sum += __bfloat162float(o[d]) * __bfloat162float(d_o[d]);
+  delta[row] = sum;
+  const float lse = p.lse[row];
+  lse2[row] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+}
+
+// 3. dQ from its fp32 accumulator (contiguous (B, H_q, N_q, D)) into the caller's bf16 dQ.
+__global__ void convert_dq_kernel(const BackwardParams bp, const float* dq_accum) {
+  const AttentionParams& p = bp.fwd;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= p.batch * p.heads_q * p.seqlen_q * p.head_dim) return;
+  const int64_t d = idx % p.head_dim, row = idx / p.head_dim;
+  const int64_t i = row % p.seqlen_q, bh = row / p.seqlen_q, b = bh / p.heads_q, h = bh % p.heads_q;
+  static_cast<bf16*>(bp.dq)[b * bp.dq_stride.batch + h * bp.dq_stride.head + i * bp.dq_stride.seq + d] =
+      __float2bfloat16(dq_accum[idx]);
+}
+
+// The backward's grids: the main kernel's B·H_kv along y, and the convert kernel's one thread per
+// element of dQ along x (B·H_q·N_q·D / 256 blocks).
+Status check_backward_grids(const AttentionParams& p) {
+  if (p.batch * p.heads_kv > kMaxGridYZ)
+    return Status::Unsupported("the backward's grid holds B·H_kv up to 65535 (got " +
+                               std::to_string(p.batch * p.heads_kv) + ")");
+  if (cdiv(p.batch * p.heads_q * p.seqlen_q * p.head_dim, 256) > kMaxGridX)
+    return Status::Unsupported("the backward's dQ conversion has one thread per element of dQ: at most " +
+                               std::to_string(kMaxGridX * 256) + " elements (B·H_q·N_q·D)");
+  return Status::Ok();
+}
+
+/// The workspace's parts (include/fa/params.h): dQ's fp32 accumulator, D, the turnstiles, and the
+/// LSE in exp2 units.
+struct Buffers {
+  float* dq_accum;
+  float* delta;
+  int* turnstiles;
+  float* lse2;
+};
+
+/// Zeroes dQ's accumulator (and, deterministic, the turnstiles), runs the preprocess, then
+/// `main(buffers)` (which launches the main kernel and returns its Status), then the convert. The
+/// caller checks everything that can refuse the call (shared memory, grids) before: once this
+/// starts, the caller's dQ, dK and dV are being written.
+template <int HEAD_DIM, typename Main>
+Status run(const BackwardParams& bp, cudaStream_t stream, Main&& main) {
+  const AttentionParams& p = bp.fwd;
+  const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
+  const BackwardWorkspace ws = backward_workspace(p);
+  char* const base = static_cast<char*>(bp.workspace);
+  const Buffers buffers{reinterpret_cast<float*>(base + ws.dq_accum), reinterpret_cast<float*>(base + ws.delta),
+                        reinterpret_cast<int*>(base + ws.turnstiles), reinterpret_cast<float*>(base + ws.lse2)};
+  FA_CUDA_RETURN(cudaMemsetAsync(buffers.dq_accum, 0, ws.dq_accum_count * sizeof(float), stream));
+  if (bp.deterministic)
+    FA_CUDA_RETURN(cudaMemsetAsync(buffers.turnstiles, 0, ws.turnstile_count * sizeof(int), stream));
+  preprocess_kernel<HEAD_DIM><<<unsigned(cdiv(rows, 256)), 256, 0, stream>>>(bp, buffers.delta, buffers.lse2);
+  FA_LAUNCH_RETURN();
+  if (Status st = main(buffers); !st.ok()) return st;
+  convert_dq_kernel<<<unsigned(cdiv(rows * HEAD_DIM, 256)), 256, 0, stream>>>(bp, buffers.dq_accum);
+  FA_LAUNCH_RETURN();
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace fa::kernels::bwd_common
