@@ -33,9 +33,10 @@ TEST(KernelHopper, TheEpilogueIsInTheConfigurationName) {
     ASSERT_FALSE(names.empty()) << "D = " << d;
     for (const std::string& n : names)
       EXPECT_TRUE(n.find("O=smem") != std::string::npos || n.find("O=registers") != std::string::npos) << n;
-    if (d == 128)
+    if (d == 128) {
       EXPECT_TRUE(std::any_of(names.begin(), names.end(),
                               [](const std::string& n) { return n.find("O=registers") != std::string::npos; }));
+    }
   }
 }
 
