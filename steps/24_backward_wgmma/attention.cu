@@ -4,12 +4,14 @@
 //   Sᵀ  = K_w·Qᵀ     and dPᵀ = V_w·dOᵀ   mma_qk_async with K (V) in Q's place: (64 keys, BLOCK_M)
 //   Pᵀ, dSᵀ           step 17's exp2_cols and ds_cols on the accumulators, as they are
 //   dV += Pᵀ·dO      and dK += dSᵀ·Q     mma_pv_async, Pᵀ (dSᵀ) from registers: (64 keys, HEAD_DIM)
-//   dQ  = dS·K       from the dSᵀ tile in shared memory, read transposed (mma_at_b_async), both
-//                     warpgroups' keys: each warpgroup a (64, 64) block of dQ, then fp32 atomics.
+//   dQ  = dS·K       from the dSᵀ tile in shared memory, read transposed (mma_at_b_async): a
+//                     (64, 64) product per warpgroup, staged in shared memory, then 16-byte
+//                     fp32 atomics.
 // dK and dV never leave the registers (HEAD_DIM fp32 a thread each: 128 together at D = 128, as
 // in step 23), Pᵀ and dSᵀ feed dV and dK from registers, and only dSᵀ goes to shared memory.
-// BLOCK_M = 64 queries at D = 128 (the two warpgroups split dQ's 128 columns), 128 at D = 64
-// (they split its rows). Built for sm_90a alone; the forward is step 23's.
+// BLOCK_M = 64 queries. At D = 128 the two warpgroups split dQ's 128 columns (all keys each); at
+// D = 64 they split the keys, and the two partial products are summed before they go out. Built
+// for sm_90a alone; the forward is step 23's.
 // Step 17's description of the algorithm, unchanged:
 //
 // The algorithm (FlashAttention-2's backward), with P never stored: it is recomputed, tile by
