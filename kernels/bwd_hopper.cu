@@ -89,10 +89,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   const SmemTile<BLOCK_N, KVLayout> kv_tiles{aligned_for_wgmma(smem)};  // K, V: (BLOCK_N, HEAD_DIM) each
   constexpr int STAGES = Cfg::STAGES;
   const SmemTile<BLOCK_M, QLayout> qdo_tiles{kv_tiles.ptr + 2 * BLOCK_N * KVLayout::kRowElems};  // STAGES × [Q, dO]
-  const SmemTile<BLOCK_N, DsLayout> ds_t_tile{qdo_tiles.ptr + STAGES * 2 * BLOCK_M * QLayout::kRowElems};  // dSᵀ
+  const SmemTile<BLOCK_N, DsLayout> dst_tile{qdo_tiles.ptr + STAGES * 2 * BLOCK_M * QLayout::kRowElems};  // dSᵀ
   float* const lse_d_tiles =
-      reinterpret_cast<float*>(ds_t_tile.ptr + BLOCK_N * DsLayout::kRowElems);  // STAGES × [LSE, D]
-  float* const dq_stages = lse_d_tiles + STAGES * 2 * BLOCK_M;                  // NUM_WARPGROUPS × (64, DQ_PITCH)
+      reinterpret_cast<float*>(dst_tile.ptr + BLOCK_N * DsLayout::kRowElems);  // STAGES × [LSE, D]
+  float* const dq_stages = lse_d_tiles + STAGES * 2 * BLOCK_M;                 // NUM_WARPGROUPS × (64, DQ_PITCH)
 
   const int warp = int(threadIdx.x) / 32, wg = warp / 4;
   const int n_q = int(params.seqlen_q), n_kv = int(params.seqlen_kv);
@@ -169,7 +169,6 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     const float* const delta_tile = lse2_tile + BLOCK_M;
     // K and V stay put; opaque() keeps their wgmma descriptors out of the registers between items.
     const SmemTile<BLOCK_N, KVLayout> k_tile = opaque(kv_tiles), v_tile = next_tile(k_tile, 1);
-    const SmemTile<BLOCK_N, DsLayout> dst_tile = ds_t_tile;
     cp_async_wait<0>();               // item t's copies (and, at t = 0, K and V) have landed ...
     ptx::fence_proxy_async_shared();  // ... visible to the tensor cores' reads
     __syncthreads();                  // ... for every thread; and item t − 1's wgmmas are all done
