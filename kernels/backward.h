@@ -6,6 +6,11 @@
 //   2. main kernel  dK, dV per KV tile; dQ added into its fp32 accumulator
 //   3. convert      dQ = the accumulator, rounded to bf16
 //
+// and two pieces of the main kernels that do not depend on how they multiply:
+//   load_work_item  the cp.async copies of one work item (a Q tile of one query head): Q, dO, and
+//                   its rows' LSE and D
+//   DqTurn          the deterministic mode's turnstile around a block's dQ additions
+//
 // Everything they need beyond the call's tensors is the caller's workspace
 // (include/fa/params.h, backward_workspace): no allocation inside the call.
 #pragma once
@@ -16,6 +21,9 @@
 #include <cstdint>
 #include <string>
 
+#include "device/ptx/cp_async.h"
+#include "device/ptx/sync.h"
+#include "device/smem_tile.h"
 #include "fa/registry.h"
 #include "kernels/launch.h"
 #include "library/cuda_status.h"
@@ -57,6 +65,57 @@ __global__ void convert_dq_kernel(const BackwardParams bp, const float* dq_accum
   static_cast<bf16*>(bp.dq)[b * bp.dq_stride.batch + h * bp.dq_stride.head + i * bp.dq_stride.seq + d] =
       __float2bfloat16(dq_accum[idx]);
 }
+
+/// Issues the copies of one work item, query head h's Q tile m_block of batch b: its Q and dO rows
+/// into q_t and do_t (rows past N_q as zeros: their scores are masked, so their P is 0), and its
+/// rows' LSE (exp2 units) and D into lse_d, BLOCK_M floats each, LSE first. All NUM_THREADS
+/// threads call it; the copies join their current cp.async group.
+template <int NUM_THREADS, int BLOCK_M, typename Layout>
+__device__ __forceinline__ void load_work_item(const BackwardParams& bp, int64_t b, int64_t h, int m_block,
+                                               tile::SmemTile<BLOCK_M, Layout> q_t,
+                                               tile::SmemTile<BLOCK_M, Layout> do_t, float* lse_d, const float* lse2,
+                                               const float* delta) {
+  const AttentionParams& params = bp.fwd;
+  const int n_q = int(params.seqlen_q), m_start = m_block * BLOCK_M;
+  const bf16* q_head = static_cast<const bf16*>(params.q) + b * params.q_stride.batch + h * params.q_stride.head;
+  const bf16* do_head = static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head;
+  tile::load_tile_async<NUM_THREADS>(q_t, q_head + int64_t(m_start) * params.q_stride.seq, params.q_stride.seq,
+                                     min(BLOCK_M, n_q - m_start));
+  tile::load_tile_async<NUM_THREADS>(do_t, do_head + int64_t(m_start) * bp.do_stride.seq, bp.do_stride.seq,
+                                     min(BLOCK_M, n_q - m_start));
+  const int64_t row0 = (b * params.heads_q + h) * n_q + m_start;
+  for (int i = int(threadIdx.x); i < 2 * BLOCK_M; i += NUM_THREADS) {
+    const int r = i % BLOCK_M;
+    const bool valid = m_start + r < n_q;
+    const float* src = (i < BLOCK_M ? lse2 : delta) + (valid ? row0 + r : 0);
+    ptx::cp_async_4(uint32_t(__cvta_generic_to_shared(lse_d + i)), src, valid);
+  }
+}
+
+/// The deterministic mode's turn on a Q tile's dQ (step 18's turnstiles): the KV tiles that see a
+/// Q tile are 0, 1, ..., some last one, so block n_block's turn is n_block. wait() before the
+/// block's additions (one thread spins with acquire, then the whole block passes a barrier);
+/// pass() after them (a barrier, then one thread releases the next turn). Each element of dQ then
+/// receives its additions in the same order on every run. Without DETERMINISTIC, both are empty.
+template <bool DETERMINISTIC>
+struct DqTurn {
+  int* turnstile;
+  int turn;
+  __device__ __forceinline__ void wait() const {
+    if constexpr (DETERMINISTIC) {
+      if (threadIdx.x == 0)
+        while (ptx::ld_acquire_gpu(turnstile) != turn) {
+        }
+      __syncthreads();  // the whole block is after the acquire
+    }
+  }
+  __device__ __forceinline__ void pass() const {
+    if constexpr (DETERMINISTIC) {
+      __syncthreads();  // every warp's additions are issued before the turn is passed on
+      if (threadIdx.x == 0) ptx::st_release_gpu(turnstile, turn + 1);
+    }
+  }
+};
 
 // The backward's grids: the main kernel's B·H_kv along y, and the convert kernel's one thread per
 // element of dQ along x (B·H_q·N_q·D / 256 blocks).

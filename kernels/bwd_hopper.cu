@@ -132,27 +132,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   const int group = int(params.heads_q / params.heads_kv);
   const QTileWalk walk{m_first, m_tiles, /*down=*/DETERMINISTIC};
   const int items = group * walk.count();
-  // Issues the copies of item t = (hq, m_block)'s Q and dO tiles, and of its rows' LSE (exp2 units)
-  // and D, into its stage. Rows past N_q arrive as zeros: their scores are masked, so their P is 0.
+  // Issues the copies of item t = (hq, m_block) into its stage (kernels/backward.h).
   auto load_item = [&](int t, int hq, int m_block) {
-    const int64_t h = h_kv * group + hq;
-    const int m_start = m_block * BLOCK_M;
-    const SmemTile<BLOCK_M, QLayout> q_t = next_tile(qdo_tiles, 2 * (t % STAGES));
-    const SmemTile<BLOCK_M, QLayout> do_t = next_tile(qdo_tiles, 2 * (t % STAGES) + 1);
-    const bf16* q_head = static_cast<const bf16*>(params.q) + b * params.q_stride.batch + h * params.q_stride.head;
-    const bf16* do_head = static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head;
-    load_tile_async<NUM_THREADS>(q_t, q_head + int64_t(m_start) * params.q_stride.seq, params.q_stride.seq,
-                                 min(BLOCK_M, n_q - m_start));
-    load_tile_async<NUM_THREADS>(do_t, do_head + int64_t(m_start) * bp.do_stride.seq, bp.do_stride.seq,
-                                 min(BLOCK_M, n_q - m_start));
-    const int64_t row0 = (b * params.heads_q + h) * n_q + m_start;
-    float* const stage = lse_d_tiles + (t % STAGES) * 2 * BLOCK_M;
-    for (int i = int(threadIdx.x); i < 2 * BLOCK_M; i += NUM_THREADS) {
-      const int r = i % BLOCK_M;
-      const bool valid = m_start + r < n_q;
-      const float* src = (i < BLOCK_M ? lse2 : delta) + (valid ? row0 + r : 0);
-      ptx::cp_async_4(uint32_t(__cvta_generic_to_shared(stage + i)), src, valid);
-    }
+    bwd_common::load_work_item<NUM_THREADS>(bp, b, h_kv * group + hq, m_block, next_tile(qdo_tiles, 2 * (t % STAGES)),
+                                            next_tile(qdo_tiles, 2 * (t % STAGES) + 1),
+                                            lse_d_tiles + (t % STAGES) * 2 * BLOCK_M, lse2, delta);
   };
 
   // ---- prologue: K and V were committed above; item 0 joins them.
@@ -222,19 +206,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
         d_panel);
     ptx::wgmma_commit();
     wait_for<0>(dq, dv, dk, p_frag, ds_frag);  // every product of item t is done
-    // Deterministic: the KV tiles that see this Q tile are 0, 1, ..., some last one (a block's
-    // first Q tile only moves down as its KV tile does), so this block's turn is its KV tile
-    // number. Wait for it, add, and pass the turn on. Each element of dQ then receives its
-    // additions in the same order on every run: fp32 addition is not associative, so the order
-    // is what fixes the bits. Walking down, the blocks before this one met this Q tile at the same
-    // point of their walks, so the wait is their additions alone.
-    int* const turnstile = turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows);
-    if constexpr (DETERMINISTIC) {
-      if (threadIdx.x == 0)
-        while (ptx::ld_acquire_gpu(turnstile) != int(blockIdx.x)) {
-        }
-      __syncthreads();  // the whole block is after the acquire
-    }
+    // Deterministic: wait for this block's turn on the Q tile (its KV tile number), add, pass it on.
+    const bwd_common::DqTurn<DETERMINISTIC> turn{
+        turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows), int(blockIdx.x)};
+    turn.wait();
     // The product goes to shared memory, then into dQ's accumulator with 16-byte atomics: from the
     // registers, the atomics' addresses and values took more registers than dK and dV leave. dQ's
     // accumulator rows are HEAD_DIM floats from the start of the workspace (16-byte aligned,
@@ -251,10 +226,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
                                                                scale_log2 / kLog2e, n_q - m_start, int(threadIdx.x),
                                                                Cfg::DQ_STAGE_FLOATS);
     }
-    if constexpr (DETERMINISTIC) {
-      __syncthreads();  // every warp's additions are issued before the turn is passed on
-      if (threadIdx.x == 0) ptx::st_release_gpu(turnstile, int(blockIdx.x) + 1);
-    }
+    turn.pass();
   }
   cp_async_wait<0>();  // a block with no work item still has K and V in flight: let them land
 

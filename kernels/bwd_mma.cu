@@ -142,27 +142,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const int group = int(params.heads_q / params.heads_kv);
   const QTileWalk walk{m_first, m_tiles, /*down=*/DETERMINISTIC};  // step 22: deterministic, last tile first
   const int items = group * walk.count();
-  // Issues the copies of item t = (hq, m_block)'s Q and dO tiles, and of its rows' LSE (exp2 units)
-  // and D, into its stage. Rows past N_q arrive as zeros: their scores are masked, so their P is 0.
+  // Issues the copies of item t = (hq, m_block) into its stage (kernels/backward.h).
   auto load_item = [&](int t, int hq, int m_block) {
-    const int64_t h = h_kv * group + hq;
-    const int m_start = m_block * BLOCK_M;
-    const SmemTile<BLOCK_M, Layout> q_t = next_tile(qdo_tiles, 2 * (t % STAGES));
-    const SmemTile<BLOCK_M, Layout> do_t = next_tile(qdo_tiles, 2 * (t % STAGES) + 1);
-    const bf16* q_head = static_cast<const bf16*>(params.q) + b * params.q_stride.batch + h * params.q_stride.head;
-    const bf16* do_head = static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head;
-    load_tile_async<NUM_THREADS>(q_t, q_head + int64_t(m_start) * params.q_stride.seq, params.q_stride.seq,
-                                 min(BLOCK_M, n_q - m_start));
-    load_tile_async<NUM_THREADS>(do_t, do_head + int64_t(m_start) * bp.do_stride.seq, bp.do_stride.seq,
-                                 min(BLOCK_M, n_q - m_start));
-    const int64_t row0 = (b * params.heads_q + h) * n_q + m_start;
-    float* const stage = lse_d_tiles + (t % STAGES) * 2 * BLOCK_M;
-    for (int i = int(threadIdx.x); i < 2 * BLOCK_M; i += NUM_THREADS) {
-      const int r = i % BLOCK_M;
-      const bool valid = m_start + r < n_q;
-      const float* src = (i < BLOCK_M ? lse2 : delta) + (valid ? row0 + r : 0);
-      ptx::cp_async_4(uint32_t(__cvta_generic_to_shared(stage + i)), src, valid);
-    }
+    bwd_common::load_work_item<NUM_THREADS>(bp, b, h_kv * group + hq, m_block, next_tile(qdo_tiles, 2 * (t % STAGES)),
+                                            next_tile(qdo_tiles, 2 * (t % STAGES) + 1),
+                                            lse_d_tiles + (t % STAGES) * 2 * BLOCK_M, lse2, delta);
   };
 
   // ---- prologue: K and V were committed above; item 0 joins them.
@@ -237,27 +221,16 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
       const FragA<BLOCK_N / 2> ds_rows = load_a_trans<BLOCK_N / 2>(row_block<BLOCK_N / 2>(dst_tile, h), row_tile * 16);
       mma_pv_cols(dq, ds_rows, row_block<BLOCK_N / 2>(k_tile, h), col0);
     }
-    // Deterministic: the KV tiles that see this Q tile are 0, 1, ..., some last one (a block's
-    // first Q tile only moves down as its KV tile does), so this block's turn is its KV tile
-    // number. Wait for it, add, and pass the turn on. Each element of dQ then receives its
-    // additions in the same order on every run: fp32 addition is not associative, so the order
-    // is what fixes the bits.
-    int* const turnstile = turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows);
-    if constexpr (DETERMINISTIC) {
-      if (threadIdx.x == 0)
-        while (ptx::ld_acquire_gpu(turnstile) != int(blockIdx.x)) {
-        }
-      __syncthreads();  // the whole block is after the acquire
-    }
+    // Deterministic: wait for this block's turn on the Q tile (its KV tile number), add, pass it on.
+    const bwd_common::DqTurn<DETERMINISTIC> turn{
+        turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows), int(blockIdx.x)};
+    turn.wait();
     // Two adjacent columns per atomic: dQ's accumulator rows are HEAD_DIM floats from the start of
     // the workspace (16-byte aligned, validated) and col0 is a multiple of 16, so every pair is
     // 8-byte aligned.
     atomic_add_rows_x2(dq_accum + (bh * n_q + m_start) * HEAD_DIM, HEAD_DIM, dq, scale_log2 / kLog2e, row_tile * 16,
                        col0, n_q - m_start);
-    if constexpr (DETERMINISTIC) {
-      __syncthreads();  // every warp's additions are issued before the turn is passed on
-      if (threadIdx.x == 0) ptx::st_release_gpu(turnstile, int(blockIdx.x) + 1);
-    }
+    turn.pass();
   }
   cp_async_wait<0>();  // a block with no work item still has K and V in flight: let them land
 
