@@ -2,7 +2,8 @@
 // kernels around the main one and the order of the launches. Only the main kernel differs
 // between mma.sync and Hopper.
 //
-//   1. preprocess   D_i = rowsum(dO_i ∘ O_i), and the LSE in exp2 units, per query row
+//   1. preprocess   D_i = rowsum(dO_i ∘ O_i), and the LSE in exp2 units, per query row; dQ's
+//                   accumulator zeroed
 //   2. main kernel  dK, dV per KV tile; dQ added into its fp32 accumulator
 //   3. convert      dQ = the accumulator, rounded to bf16
 //
@@ -17,12 +18,14 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "device/ptx/cp_async.h"
 #include "device/ptx/sync.h"
+#include "device/row_slice.h"
 #include "device/smem_tile.h"
 #include "fa/registry.h"
 #include "kernels/launch.h"
@@ -34,36 +37,66 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-// 1. D_i = rowsum(dO_i ∘ O_i) in fp32, one thread per query row (B·H_q·N_q of them), into the
-// workspace's contiguous (B, H_q, N_q) array.
-// Beside it, the row's LSE in exp2 units (LSE·log2 e, and +inf for a row that saw no key, so that
-// its P is 0 and not NaN), which the main kernel copies as it is.
-template <int HEAD_DIM>
-__global__ void preprocess_kernel(const BackwardParams bp, float* delta, float* lse2) {
-  const AttentionParams& p = bp.fwd;
-  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (row >= p.batch * p.heads_q * p.seqlen_q) return;
-  const int64_t i = row % p.seqlen_q, bh = row / p.seqlen_q, b = bh / p.heads_q, h = bh % p.heads_q;
-  const bf16* o = static_cast<const bf16*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head + i * p.o_stride.seq;
-  const bf16* d_o =
-      static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head + i * bp.do_stride.seq;
-  float sum = 0.0f;
-#pragma unroll 8
-  for (int d = 0; d < HEAD_DIM; ++d) sum += __bfloat162float(o[d]) * __bfloat162float(d_o[d]);
-  delta[row] = sum;
-  const float lse = p.lse[row];
-  lse2[row] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+// The two streaming kernels (the preprocess and the convert) move whole rows of (B, H_q, N_q,
+// HEAD_DIM) tensors and do almost no arithmetic: their time is their bytes over the memory's rate
+// (step 25). A quad of four lanes per row (device/row_slice.h), 16-byte accesses; a block is
+// kStreamRows rows of one (batch, query head), grid = (⌈N_q / kStreamRows⌉, B·H_q over y and z).
+constexpr int kStreamThreads = 256;
+constexpr int kStreamRows = kStreamThreads / kRowLanes;  // 64 rows per block
+
+inline dim3 stream_grid(const AttentionParams& p) {
+  const int64_t bh = p.batch * p.heads_q;  // y holds up to 65535 (batch, head) pairs, z the rest
+  return dim3(unsigned(cdiv(p.seqlen_q, kStreamRows)), unsigned(std::min<int64_t>(bh, kMaxGridYZ)),
+              unsigned(cdiv(bh, kMaxGridYZ)));
 }
 
-// 3. dQ from its fp32 accumulator (contiguous (B, H_q, N_q, D)) into the caller's bf16 dQ.
-__global__ void convert_dq_kernel(const BackwardParams bp, const float* dq_accum) {
+// 1. D_i = rowsum(dO_i ∘ O_i) in fp32, a quad per query row, into the workspace's contiguous
+// (B, H_q, N_q) array; dQ's fp32 accumulator row zeroed in the same pass (the main kernel adds
+// into it). Beside D, the row's LSE in exp2 units (LSE·log2 e, and +inf for a row that saw no key,
+// so that its P is 0 and not NaN), which the main kernel copies as it is.
+template <int HEAD_DIM>
+__global__ void __launch_bounds__(kStreamThreads)
+    preprocess_kernel(const BackwardParams bp, float* delta, float* lse2, float* dq_accum) {
   const AttentionParams& p = bp.fwd;
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= p.batch * p.heads_q * p.seqlen_q * p.head_dim) return;
-  const int64_t d = idx % p.head_dim, row = idx / p.head_dim;
-  const int64_t i = row % p.seqlen_q, bh = row / p.seqlen_q, b = bh / p.heads_q, h = bh % p.heads_q;
-  static_cast<bf16*>(bp.dq)[b * bp.dq_stride.batch + h * bp.dq_stride.head + i * bp.dq_stride.seq + d] =
-      __float2bfloat16(dq_accum[idx]);
+  const int64_t bh = blockIdx.y + int64_t(blockIdx.z) * gridDim.y;
+  if (bh >= p.batch * p.heads_q) return;  // the few spare blocks of the last z slice
+  const int64_t b = bh / p.heads_q, h = bh % p.heads_q;
+  const int n_q = int(p.seqlen_q), lane = row_lane();
+  const int row_in_head = int(blockIdx.x) * kStreamRows + int(threadIdx.x) / kRowLanes;
+  const bool valid = row_in_head < n_q;
+  // A quad past N_q computes on the head's last row and stores nothing: row_sum's shuffles need
+  // the whole warp.
+  const int64_t i = valid ? row_in_head : n_q - 1;
+  float o[row_slice_size<HEAD_DIM>()], d_o[row_slice_size<HEAD_DIM>()];
+  load_row_slice(static_cast<const bf16*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head + i * p.o_stride.seq, lane,
+                 o);
+  load_row_slice(static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head + i * bp.do_stride.seq,
+                 lane, d_o);
+  const float sum = row_sum(dot_slice(o, d_o));
+  if (!valid) return;
+  const int64_t row = bh * n_q + i;
+  const float zero[row_slice_size<HEAD_DIM>()] = {};
+  store_row_slice(dq_accum + row * HEAD_DIM, lane, zero);
+  if (lane == 0) {
+    delta[row] = sum;
+    const float lse = p.lse[row];
+    lse2[row] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+  }
+}
+
+// 3. dQ from its fp32 accumulator (contiguous (B, H_q, N_q, D)) into the caller's bf16 dQ, a quad
+// per row.
+template <int HEAD_DIM>
+__global__ void __launch_bounds__(kStreamThreads) convert_dq_kernel(const BackwardParams bp, const float* dq_accum) {
+  const AttentionParams& p = bp.fwd;
+  const int64_t bh = blockIdx.y + int64_t(blockIdx.z) * gridDim.y;
+  const int64_t i = int64_t(blockIdx.x) * kStreamRows + threadIdx.x / kRowLanes;
+  if (bh >= p.batch * p.heads_q || i >= p.seqlen_q) return;
+  const int64_t b = bh / p.heads_q, h = bh % p.heads_q;
+  float dq[row_slice_size<HEAD_DIM>()];
+  load_row_slice(dq_accum + (bh * p.seqlen_q + i) * HEAD_DIM, row_lane(), dq);
+  store_row_slice(static_cast<bf16*>(bp.dq) + b * bp.dq_stride.batch + h * bp.dq_stride.head + i * bp.dq_stride.seq,
+                  row_lane(), dq);
 }
 
 /// Issues the copies of one work item, query head h's Q tile m_block of batch b: its Q and dO rows
@@ -117,15 +150,12 @@ struct DqTurn {
   }
 };
 
-// The backward's grids: the main kernel's B·H_kv along y, and the convert kernel's one thread per
-// element of dQ along x (B·H_q·N_q·D / 256 blocks).
+// The backward's grids: the main kernel's B·H_kv along y. The streaming kernels' B·H_q over y and z
+// holds up to 65535², the bound validate() already puts on B·H_q (Capabilities::max_batch_heads).
 Status check_backward_grids(const AttentionParams& p) {
   if (p.batch * p.heads_kv > kMaxGridYZ)
     return Status::Unsupported("the backward's grid holds B·H_kv up to 65535 (got " +
                                std::to_string(p.batch * p.heads_kv) + ")");
-  if (cdiv(p.batch * p.heads_q * p.seqlen_q * p.head_dim, 256) > kMaxGridX)
-    return Status::Unsupported("the backward's dQ conversion has one thread per element of dQ: at most " +
-                               std::to_string(kMaxGridX * 256) + " elements (B·H_q·N_q·D)");
   return Status::Ok();
 }
 
@@ -138,25 +168,24 @@ struct Buffers {
   float* lse2;
 };
 
-/// Zeroes dQ's accumulator (and, deterministic, the turnstiles), runs the preprocess, then
+/// Zeroes the deterministic mode's turnstiles, runs the preprocess (which zeroes dQ's accumulator), then
 /// `main(buffers)` (which launches the main kernel and returns its Status), then the convert. The
 /// caller checks everything that can refuse the call (shared memory, grids) before: once this
 /// starts, the caller's dQ, dK and dV are being written.
 template <int HEAD_DIM, typename Main>
 Status run(const BackwardParams& bp, cudaStream_t stream, Main&& main) {
   const AttentionParams& p = bp.fwd;
-  const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
   const BackwardWorkspace ws = backward_workspace(p);
   char* const base = static_cast<char*>(bp.workspace);
   const Buffers buffers{reinterpret_cast<float*>(base + ws.dq_accum), reinterpret_cast<float*>(base + ws.delta),
                         reinterpret_cast<int*>(base + ws.turnstiles), reinterpret_cast<float*>(base + ws.lse2)};
-  FA_CUDA_RETURN(cudaMemsetAsync(buffers.dq_accum, 0, ws.dq_accum_count * sizeof(float), stream));
   if (bp.deterministic)
     FA_CUDA_RETURN(cudaMemsetAsync(buffers.turnstiles, 0, ws.turnstile_count * sizeof(int), stream));
-  preprocess_kernel<HEAD_DIM><<<unsigned(cdiv(rows, 256)), 256, 0, stream>>>(bp, buffers.delta, buffers.lse2);
+  preprocess_kernel<HEAD_DIM><<<stream_grid(p), kStreamThreads, 0, stream>>>(bp, buffers.delta, buffers.lse2,
+                                                                          buffers.dq_accum);
   FA_LAUNCH_RETURN();
   if (Status st = main(buffers); !st.ok()) return st;
-  convert_dq_kernel<<<unsigned(cdiv(rows * HEAD_DIM, 256)), 256, 0, stream>>>(bp, buffers.dq_accum);
+  convert_dq_kernel<HEAD_DIM><<<stream_grid(p), kStreamThreads, 0, stream>>>(bp, buffers.dq_accum);
   FA_LAUNCH_RETURN();
   return Status::Ok();
 }
