@@ -70,8 +70,9 @@ __global__ void __launch_bounds__(kStreamThreads)
   float o[row_slice_size<HEAD_DIM>()], d_o[row_slice_size<HEAD_DIM>()];
   load_row_slice(static_cast<const bf16*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head + i * p.o_stride.seq, lane,
                  o);
-  load_row_slice(static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head + i * bp.do_stride.seq,
-                 lane, d_o);
+  load_row_slice(
+      static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head + i * bp.do_stride.seq, lane,
+      d_o);
   const float sum = row_sum(dot_slice(o, d_o));
   if (!valid) return;
   const int64_t row = bh * n_q + i;
@@ -181,8 +182,8 @@ Status run(const BackwardParams& bp, cudaStream_t stream, Main&& main) {
                         reinterpret_cast<int*>(base + ws.turnstiles), reinterpret_cast<float*>(base + ws.lse2)};
   if (bp.deterministic)
     FA_CUDA_RETURN(cudaMemsetAsync(buffers.turnstiles, 0, ws.turnstile_count * sizeof(int), stream));
-  preprocess_kernel<HEAD_DIM><<<stream_grid(p), kStreamThreads, 0, stream>>>(bp, buffers.delta, buffers.lse2,
-                                                                          buffers.dq_accum);
+  preprocess_kernel<HEAD_DIM>
+      <<<stream_grid(p), kStreamThreads, 0, stream>>>(bp, buffers.delta, buffers.lse2, buffers.dq_accum);
   FA_LAUNCH_RETURN();
   if (Status st = main(buffers); !st.ok()) return st;
   convert_dq_kernel<HEAD_DIM><<<stream_grid(p), kStreamThreads, 0, stream>>>(bp, buffers.dq_accum);

@@ -298,8 +298,9 @@ __global__ void __launch_bounds__(kStreamThreads)
   float o[row_slice_size<HEAD_DIM>()], d_o[row_slice_size<HEAD_DIM>()];
   load_row_slice(static_cast<const bf16*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head + i * p.o_stride.seq, lane,
                  o);
-  load_row_slice(static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head + i * bp.do_stride.seq,
-                 lane, d_o);
+  load_row_slice(
+      static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head + i * bp.do_stride.seq, lane,
+      d_o);
   const float sum = row_sum(dot_slice(o, d_o));
   if (!valid) return;
   const int64_t row = bh * n_q + i;
