@@ -18,6 +18,8 @@
 //                      dQ = dS·K, read from the (keys, queries) tile that holds dSᵀ
 //   store_rows_f32     a warp's (16, C) fp32 tile into a plain fp32 shared tile (step 24: dQ
 //                      staged, so that its atomics leave from shared memory, not from registers)
+//   store_rows_f32_swizzled  the same, into the 128-byte-swizzled boxes a TMA bulk reduce reads
+//                      (step 26: dQ added into its accumulator by the copy engine)
 //   atomic_add_tile_x4 a (ROWS, COLS) fp32 shared tile added into global rows by THREADS threads
 //                      together, 16-byte vector atomics (sm_90), consecutive threads on consecutive
 //                      16 bytes of a row
@@ -169,6 +171,29 @@ __device__ __forceinline__ void store_rows_f32(float* tile, int pitch, const Acc
     for (int e = 0; e < 4; e += 2)
       *reinterpret_cast<float2*>(tile + (row0 + ptx::mma_c_row(lane, e)) * pitch + f * 8 + ptx::mma_c_col(lane, e)) =
           make_float2(x.c[f][e], x.c[f][e + 1]);
+}
+
+/// Rows [row0, row0 + 16) of a (ROWS, C) fp32 shared tile laid out as the copy engine reads it for
+/// a bulk reduce (step 26) = scale · the warp's (16, C) tile x. The tile is C / 32 boxes of
+/// (ROWS, 32) floats, one after the other; in each, row r is 128 bytes and its 16-byte chunk k sits
+/// at chunk k ^ (r % 8) (the 128-byte swizzle, library/tma.h's make_accum_map). Rows g and g + 1
+/// of a store land on different chunks, so a warp's 8-byte stores take two wavefronts, the minimum
+/// for 256 bytes, with no padding (a TMA box has none). `tile` must be 1024-byte aligned.
+template <int ROWS, int C>
+__device__ __forceinline__ void store_rows_f32_swizzled(float* tile, const Acc<C>& x, int row0, float scale) {
+  static_assert(C % 32 == 0, "whole 32-column boxes");
+  const int lane = lane_id(), g = lane / 4, t = lane % 4;
+  // Fragment f's pair (columns 8f + 2t, + 1) of row row0 + g: chunk (2f + t / 2) % 8 of its box's
+  // row, at chunk ((2f + t / 2) % 8) ^ g. As 2f only sets the chunk's bits 1 and 2, that is the
+  // lane's own offset for f = 0 with bits 3 and 4 of the float index flipped by 8·(f % 4): one
+  // offset per lane, an XOR per fragment, the box and the row g + 8 as constants.
+  const int base = (row0 + g) * 32 + ((t / 2) ^ g) * 4 + 2 * (t % 2);
+#pragma unroll
+  for (int f = 0; f < C / 8; ++f) {
+    const int at = (base ^ (8 * (f % 4))) + (f / 4) * ROWS * 32;
+    *reinterpret_cast<float2*>(tile + at) = make_float2(scale * x.c[f][0], scale * x.c[f][1]);
+    *reinterpret_cast<float2*>(tile + at + 8 * 32) = make_float2(scale * x.c[f][2], scale * x.c[f][3]);
+  }
 }
 
 /// dst[r·stride + c] += scale · tile[r·pitch + c] for the (ROWS, COLS) fp32 shared tile, rows at or

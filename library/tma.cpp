@@ -70,6 +70,25 @@ Status make_tile_map(CUtensorMap* map, const char* what, const void* base, int64
   return Status::Ok();
 }
 
+Status make_accum_map(CUtensorMap* map, const float* base, int64_t planes, int64_t seqlen, int64_t head_dim,
+                      int box_rows) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr)
+    return Status::Unsupported("the CUDA driver offers no cuTensorMapEncodeTiled (TMA needs driver >= 12.0)");
+  const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(seqlen), cuuint64_t(planes)};
+  const cuuint64_t byte_strides[2] = {cuuint64_t(head_dim) * 4, cuuint64_t(seqlen * head_dim) * 4};
+  const cuuint32_t box[3] = {cuuint32_t(kTmaAccumBoxCols), cuuint32_t(box_rows), 1};
+  const cuuint32_t unit[3] = {1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(base), dims, byte_strides, box,
+                            unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Status::Unsupported("TMA cannot describe the dQ accumulator (B·H_q=" + std::to_string(planes) +
+                               " N=" + std::to_string(seqlen) + " D=" + std::to_string(head_dim) + "; error " +
+                               std::to_string(int(r)) + ")");
+  return Status::Ok();
+}
+
 Status make_qkv_tile_maps(QkvTileMaps* maps, const AttentionParams& p, int block_m, int block_n) {
   if (Status st = make_tile_map(&maps->q, "q", p.q, p.batch, p.heads_q, p.seqlen_q, p.head_dim, p.q_stride, block_m);
       !st.ok())

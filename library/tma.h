@@ -33,6 +33,16 @@ constexpr int kTmaBoxCols = 64;
 Status make_tile_map(CUtensorMap* map, const char* what, const void* base, int64_t batch, int64_t heads, int64_t seqlen,
                      int64_t head_dim, const Strides& strides, int box_rows);
 
+/// Columns of one fp32 box: 32 floats = 128 bytes, one 128-byte swizzle span.
+constexpr int kTmaAccumBoxCols = 32;
+
+/// Fills `map` for a contiguous (planes, seqlen, head_dim) fp32 array at `base` (the backward's dQ
+/// accumulator: planes = B·H_q), as a 3-D map with dims (D, N, planes) innermost first, written in
+/// boxes of (box_rows, 32) floats in the 128-byte swizzle (step 26's bulk reduce-add). Rows at
+/// and past N lie outside the map: a box reaching past them is clipped.
+Status make_accum_map(CUtensorMap* map, const float* base, int64_t planes, int64_t seqlen, int64_t head_dim,
+                      int box_rows);
+
 /// The tensor maps of one attention call, as the TMA steps (12 on) take them: Q in boxes of
 /// `block_m` rows, K and V in boxes of `block_n` rows, each through its own strides.
 struct QkvTileMaps {

@@ -33,6 +33,13 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   FA_SM90_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/// Orders this thread's global-memory accesses of one proxy against its later ones of the other:
+/// between a bulk reduce's completion (async proxy) and a release store that publishes it, and
+/// between an acquire and the bulk reduce that must come after it (step 26's deterministic mode).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  FA_SM90_ASM("fence.proxy.async.global;\n" ::: "memory");
+}
+
 /// A barrier for `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
 /// __syncthreads'): one warpgroup waits for its own four warps, the rest of the block runs on.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {

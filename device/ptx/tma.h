@@ -46,6 +46,19 @@ __device__ __forceinline__ void tma_store_4d(const void* map, int c0, int c1, in
               : "memory");
 }
 
+// ---- the copy engine's reduce (step 26) ----------------------------------------------------------
+// The same shared-to-global move as a store, but each element of the box is ADDED into global
+// memory (an atomic add per element, made in L2; fp32 for the course's dQ accumulator), and
+// tracked by the same bulk groups. Rows of the box past the tensor are clipped, as in a store.
+
+/// Adds the box at shared address `src` into the box at (c0, c1, c2) of the 3-D tensor map `map`.
+__device__ __forceinline__ void tma_reduce_add_3d(const void* map, int c0, int c1, int c2, uint32_t src) {
+  FA_SM90_ASM("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                  reinterpret_cast<uint64_t>(map)),
+              "r"(c0), "r"(c1), "r"(c2), "r"(src)
+              : "memory");
+}
+
 /// Closes this thread's bulk stores issued so far into one group.
 __device__ __forceinline__ void bulk_commit_group() {
   FA_SM90_ASM("cp.async.bulk.commit_group;\n" ::: "memory");
