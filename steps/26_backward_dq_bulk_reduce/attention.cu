@@ -7,9 +7,10 @@
 //   (cp.reduce.async.bulk.tensor: the copy engine adds each element in L2; rows past N_q clipped
 //   by the tensor map). The warps go straight on to the next item; the issuing thread waits for the
 //   copy engine to have read the stage only before the next product is stored into it.
-//   At D = 64 each warpgroup adds its own partial product (the L2 sums them).
-//   Deterministic: one thread waits for the turn, issues both warpgroups' reduces one after the
-//   other, waits until they are complete, and passes the turn on.
+//   At D = 64 the two warpgroups' partial products are summed in shared memory first, as before,
+//   and the sum goes out once.
+//   Deterministic: one thread waits for the turn, issues the block's reduces, waits until they are
+//   complete, and passes the turn on.
 // Built for sm_90a alone; the forward is step 23's.
 // Step 17's description of the algorithm, unchanged:
 //
@@ -510,45 +511,57 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     ptx::wgmma_commit();
     wait_for<0>(dq, dv, dk, p_frag, ds_frag);  // every product of item t is done
     // The product, times c, goes to shared memory in the layout the copy engine reads, and one
-    // thread of the warpgroup has the copy engine add it into dQ's accumulator: two (64, 32) boxes
-    // at columns 64·d_panel of the Q tile's rows (rows past N_q are clipped by the map). No atomic
-    // instruction, address or loop in the warps: they go on to the next item while it runs.
+    // thread has the copy engine add it into dQ's accumulator: two (64, 32) boxes per 64-column
+    // panel, at the Q tile's rows (rows past N_q are clipped by the map). No atomic instruction,
+    // address or loop in the warps: they go on to the next item while it runs.
     float* const stages = dq_stages + (t % Cfg::DQ_STAGES) * Cfg::NUM_WARPGROUPS * Cfg::DQ_STAGE_FLOATS;
     store_rows_f32_swizzled<BLOCK_M>(stages + wg * Cfg::DQ_STAGE_FLOATS, dq, 16 * (warp % 4), scale_log2 / kLog2e);
+    if constexpr (Cfg::KEY_SPLITS > 1) {
+      // D = 64: the two partial products (the same layout) are summed into the first stage, so
+      // that the copy engine adds dQ's bytes once, as step 25's atomics did.
+      __syncthreads();  // both partial products are whole
+      float4* const sum = reinterpret_cast<float4*>(stages);
+      const float4* const other = reinterpret_cast<const float4*>(stages + Cfg::DQ_STAGE_FLOATS);
+      for (int i = int(threadIdx.x); i < Cfg::DQ_STAGE_FLOATS / 4; i += NUM_THREADS) {
+        const float4 x = sum[i], y = other[i];
+        sum[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+      }
+    }
     ptx::fence_proxy_async_shared();  // the stage's stores, read next by the copy engine
-    // Box b of warpgroup w's stage into columns 64·(w / KEY_SPLITS) + 32·b of the Q tile's rows.
-    auto reduce_stage = [&](int w) {
+    // Panel p's stage (warpgroup p's product at D = 128, the sum at D = 64) into columns 64·p.
+    auto reduce_panel = [&](int panel) {
       for (int box = 0; box < 2; ++box)
         ptx::tma_reduce_add_3d(
-            &dq_map, 64 * (w / Cfg::KEY_SPLITS) + 32 * box, m_start, int(bh),
-            uint32_t(__cvta_generic_to_shared(stages + w * Cfg::DQ_STAGE_FLOATS + box * BLOCK_M * 32)));
+            &dq_map, 64 * panel + 32 * box, m_start, int(bh),
+            uint32_t(__cvta_generic_to_shared(stages + panel * Cfg::DQ_STAGE_FLOATS + box * BLOCK_M * 32)));
       ptx::bulk_commit_group();
     };
     if constexpr (!DETERMINISTIC) {
-      ptx::named_barrier_sync(1 + wg, 128);  // the warpgroup's product is whole (barrier 0 is __syncthreads')
-      if (issuer) {
-        reduce_stage(wg);  // at D = 64 both warpgroups add into the same panel
-        // Item t − 1's stage, the one item t + 1 rewrites, has been read by the copy engine (long
-        // since: a whole item ago); the next __syncthreads tells the other warps.
+      if constexpr (Cfg::KEY_SPLITS == 1)
+        ptx::named_barrier_sync(1 + wg, 128);  // the warpgroup's product is whole (barrier 0 is __syncthreads')
+      else
+        __syncthreads();  // the sum is whole
+      if (issuer && wg < Cfg::D_PANELS) {
+        reduce_panel(wg);
+        // Item t − 1's stage, the one item t + 1 rewrites, has been read by the copy engine; the
+        // next __syncthreads tells the other warps.
         ptx::bulk_wait_group_read<1>();
       }
     } else {
       // Deterministic: the KV tiles that see this Q tile are 0, 1, ..., some last one (a block's
       // first Q tile only moves down as its KV tile does), so this block's turn is its KV tile
-      // number. One thread waits for it, has both products added, waits until they are complete
-      // (in a fixed order: at D = 64 they add into the same panel), and passes the turn on. Each
-      // element of dQ then receives its additions in the same order on every run: fp32 addition
-      // is not associative, so the order is what fixes the bits.
-      __syncthreads();  // both warpgroups' products are whole
+      // number. One thread waits for it, has the block's product added, waits until the
+      // additions are complete in global memory, and passes the turn on. Each element of dQ then
+      // receives its additions in the same order on every run: fp32 addition is not associative,
+      // so the order is what fixes the bits.
+      __syncthreads();  // the block's product is whole
       if (threadIdx.x == 0) {
         int* const turnstile = turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows);
         while (ptx::ld_acquire_gpu(turnstile) != int(blockIdx.x)) {
         }
         ptx::fence_proxy_async_global();  // the reduces below come after the acquire
-        for (int w = 0; w < Cfg::NUM_WARPGROUPS; ++w) {
-          reduce_stage(w);
-          ptx::bulk_wait_group<0>();  // complete in global memory
-        }
+        for (int panel = 0; panel < Cfg::D_PANELS; ++panel) reduce_panel(panel);
+        ptx::bulk_wait_group<0>();        // complete in global memory ...
         ptx::fence_proxy_async_global();  // ... before the release publishes them
         ptx::st_release_gpu(turnstile, int(blockIdx.x) + 1);
       }

@@ -9,3 +9,8 @@ fa_step(26 backward_dq_bulk_reduce BASE 25 ARCH 90a
   STATIC REQUIRE HGMMA LDGSTS UTMAREDG FORBID HMMA LDSM REDG ATOMG
          KERNEL backward_kernel
   TESTS_FROM 06 07 17 18)
+# The measurement behind the lesson: fp32 additions per second from every SM, by atomics and by
+# the copy engine (reduce_rate.cu; `build/fa_reduce_rate` on an H100/H200).
+add_executable(fa_reduce_rate ${CMAKE_CURRENT_LIST_DIR}/reduce_rate.cu)
+set_target_properties(fa_reduce_rate PROPERTIES CUDA_ARCHITECTURES 90a)
+target_link_libraries(fa_reduce_rate PRIVATE fa_library)
