@@ -30,20 +30,4 @@ struct QTileWalk {
   FA_HD int count() const { return tiles > first ? tiles - first : 0; }
 };
 
-/// Step 27's walk: the same tiles, walking up from a start of the block's own, first + shift, ...,
-/// tiles − 1, then first, ..., first + shift − 1 (0 <= shift < count()). Walking up, all the blocks
-/// of one head start at the same Q tile and move in step, so at any moment they add their dQ
-/// into the same rows; blocks that start `shift` tiles apart add into different rows. Walking
-/// down (the deterministic mode) the order stays QTileWalk's: the turnstiles rely on it.
-struct ShiftedQTileWalk {
-  QTileWalk walk;
-  int shift;
-
-  /// The tile taken at count k (walk.first <= k < walk.tiles).
-  FA_HD int tile(int k) const {
-    return walk.down ? walk.tile(k) : walk.first + (k - walk.first + shift) % walk.count();
-  }
-  FA_HD int count() const { return walk.count(); }
-};
-
 }  // namespace fa::tile

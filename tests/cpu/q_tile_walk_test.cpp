@@ -29,29 +29,6 @@ TEST(QTileWalk, VisitsEachTileOnceInTheOrderAsked) {
   EXPECT_EQ((QTileWalk{7, 6, false}.count()), 0);
 }
 
-std::vector<int> tiles_of(const ShiftedQTileWalk& w) {
-  std::vector<int> out;
-  for (int k = w.walk.first; k < w.walk.first + w.count(); ++k) out.push_back(w.tile(k));
-  return out;
-}
-
-TEST(QTileWalk, ShiftedWalkStartsAtItsShiftAndWrapsAroundOnce) {
-  EXPECT_EQ(tiles_of(ShiftedQTileWalk{{2, 6, false}, 0}), (std::vector<int>{2, 3, 4, 5}));
-  EXPECT_EQ(tiles_of(ShiftedQTileWalk{{2, 6, false}, 1}), (std::vector<int>{3, 4, 5, 2}));
-  EXPECT_EQ(tiles_of(ShiftedQTileWalk{{2, 6, false}, 3}), (std::vector<int>{5, 2, 3, 4}));
-  EXPECT_EQ(tiles_of(ShiftedQTileWalk{{2, 6, true}, 3}), (std::vector<int>{5, 4, 3, 2}));  // down: unshifted
-  // Every first, count and shift: each tile of first .. tiles − 1 exactly once.
-  for (int first = 0; first < 5; ++first)
-    for (int tiles = first + 1; tiles < 9; ++tiles)
-      for (int shift = 0; shift < tiles - first; ++shift) {
-        std::vector<int> got = tiles_of(ShiftedQTileWalk{{first, tiles, false}, shift});
-        std::sort(got.begin(), got.end());
-        std::vector<int> want;
-        for (int m = first; m < tiles; ++m) want.push_back(m);
-        ASSERT_EQ(got, want) << "first " << first << ", tiles " << tiles << ", shift " << shift;
-      }
-}
-
 // One head's blocks (KV tiles 0 .. K − 1), all resident, in the deterministic mode: block j walks
 // its tiles with QTileWalk{m_first(j), M, down}; a tile costs 1 unit of compute, then the
 // block waits for the tile's previous contributor (the highest lower KV tile that visits it) to
