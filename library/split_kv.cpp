@@ -1,0 +1,30 @@
+// How many ways to split the keys of a forward call (library/split_kv.h).
+#include "library/split_kv.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fa {
+
+int choose_kv_splits(int64_t blocks, int64_t kv_tiles, int64_t slots, int max_splits) {
+  if (blocks <= 0 || kv_tiles <= 1 || slots <= 0 || max_splits <= 1) return 1;
+  if (blocks >= slots * 4 / 5) return 1;  // already most of a wave, or more: splitting only adds the combine
+  const int most = int(std::min<int64_t>({int64_t(max_splits), kv_tiles, slots}));
+  // A wave's efficiency: the blocks of the grid over the slots of the waves it takes.
+  auto efficiency = [&](int s) {
+    const double waves = double(blocks) * s / double(slots);
+    return waves / std::ceil(waves);
+  };
+  // A split count is worth considering only if it shortens the longest range.
+  auto shortens = [&](int s) {
+    return s == 1 || kv_tiles_per_split(kv_tiles, s) < kv_tiles_per_split(kv_tiles, s - 1);
+  };
+  double best = 0.0;
+  for (int s = 1; s <= most; ++s)
+    if (shortens(s)) best = std::max(best, efficiency(s));
+  for (int s = 1; s <= most; ++s)
+    if (shortens(s) && efficiency(s) >= kSplitWaveEfficiency * best) return s;
+  return 1;
+}
+
+}  // namespace fa

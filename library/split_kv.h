@@ -1,0 +1,38 @@
+// How many ways to split the keys of a forward call (split-KV, Part V): host code.
+//
+// A forward block computes one Q tile of one (batch, query head). At decode (N_q = 1 or a few
+// rows) there are only B·H_q such blocks, a few dozen on a GPU with 132 SMs, each streaming a long
+// KV range: most of the GPU idles and the KV cache is read at a fraction of the memory's rate.
+// Splitting each block's KV tiles into S ranges gives S times the blocks, at the price of a
+// combine pass (device/split_combine.h) over S partial results.
+//
+// The choice: no split when the blocks already fill the GPU; otherwise the fewest splits whose
+// last wave is nearly as full as the best choice's. A wave is one block in every slot (SMs ×
+// blocks per SM); a grid that ends with a half-empty wave wastes the other half of that wave's
+// time. Splits that give every range as many KV tiles as one split fewer does are skipped: they
+// add blocks without shortening any.
+#pragma once
+
+#include <cstdint>
+
+namespace fa {
+
+/// The most splits the heuristic picks: S partial results per row cost S · D · 4 bytes of
+/// workspace and a combine that reads them all.
+constexpr int kMaxKvSplits = 64;
+
+/// Fraction of a full wave's efficiency the fewest-splits choice must reach.
+constexpr double kSplitWaveEfficiency = 0.85;
+
+/// The number of KV ranges (1 = no split) for a grid of `blocks` blocks (Q tiles × B × H_q), each
+/// walking `kv_tiles` KV tiles, on `slots` resident-block slots (SMs × blocks per SM), at most
+/// `max_splits`. Always between 1 and max(1, min(max_splits, kv_tiles)).
+int choose_kv_splits(int64_t blocks, int64_t kv_tiles, int64_t slots, int max_splits = kMaxKvSplits);
+
+/// KV tiles per range when `kv_tiles` are split `splits` ways (the last range may be shorter, or
+/// empty when splits > kv_tiles: its block writes lse = −inf).
+inline int64_t kv_tiles_per_split(int64_t kv_tiles, int splits) {
+  return (kv_tiles + splits - 1) / splits;
+}
+
+}  // namespace fa
