@@ -15,11 +15,9 @@
 
 #include <cstdint>
 
-namespace fa {
+#include "fa/params.h"  // kMaxKvSplits: S partial results per row cost S · D · 4 bytes of workspace
 
-/// The most splits the heuristic picks: S partial results per row cost S · D · 4 bytes of
-/// workspace and a combine that reads them all.
-constexpr int kMaxKvSplits = 64;
+namespace fa {
 
 /// Fraction of a full wave's efficiency the fewest-splits choice must reach.
 constexpr double kSplitWaveEfficiency = 0.85;

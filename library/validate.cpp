@@ -274,6 +274,28 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
                 overlaps(p.lse, lse_bytes, p.k, k_bytes) || overlaps(p.lse, lse_bytes, p.v, v_bytes)))
     return fail("lse overlaps q, k, v or o: it must be a separate buffer");
 
+  // Split-KV: the count, the step's support, and the workspace the splits need.
+  if (p.num_splits < 0 || p.num_splits > kMaxKvSplits)
+    return fail("num_splits must be 0 (the step chooses), 1 (no split) or up to " + std::to_string(kMaxKvSplits) +
+                " (got " + std::to_string(p.num_splits) + ")");
+  if (p.num_splits > 1 && !caps.split_kv)
+    return fail("this step does not split the keys: num_splits must be 0 or 1 (split-KV is Part V's)");
+  if (p.num_splits > 1) {
+    const size_t need = split_kv_workspace_bytes(p, p.num_splits);
+    if (!p.workspace || p.workspace_bytes < need)
+      return fail("num_splits = " + std::to_string(p.num_splits) + " needs a workspace of " + std::to_string(need) +
+                  " bytes (split_kv_workspace_bytes); got " + std::to_string(p.workspace ? p.workspace_bytes : 0));
+  }
+  if (p.workspace && caps.split_kv) {
+    if (!aligned(p.workspace, 16)) return fail("the workspace must be 16-byte aligned");
+    if (Status st = check_address_range("workspace", p.workspace, u128(p.workspace_bytes)); !st.ok()) return st;
+    const u128 ws_bytes = u128(p.workspace_bytes);
+    if (overlaps(p.workspace, ws_bytes, p.q, q_bytes) || overlaps(p.workspace, ws_bytes, p.k, k_bytes) ||
+        overlaps(p.workspace, ws_bytes, p.v, v_bytes) || overlaps(p.workspace, ws_bytes, p.o, o_bytes) ||
+        (p.lse && overlaps(p.workspace, ws_bytes, p.lse, lse_bytes)))
+      return fail("the workspace overlaps q, k, v, o or lse: it must be a separate buffer");
+  }
+
   // Launch limits of the step's kernels, here rather than in its launcher, so that fa_validate
   // accepts exactly what forward accepts.
   return check_launch_limits(p, caps);

@@ -82,6 +82,16 @@ struct AttentionParams {
   CausalAlign causal_align = CausalAlign::top_left;  ///< mask alignment when N_q != N_kv
   DType dtype = DType::bf16;                         ///< element type of Q, K, V, O
 
+  /// Split-KV (Part V): each query row's keys are split into this many ranges, each computed by
+  /// its own block into the workspace, then merged by their LSEs. 0: the step chooses (from how
+  /// full its grid leaves the GPU) when a workspace is given, and does not split without one;
+  /// 1: no split; up to kMaxKvSplits. Only steps whose Capabilities::split_kv is set accept > 1.
+  int num_splits = 0;
+  /// Scratch memory for the split partial results: at least split_kv_workspace_bytes(*this, S)
+  /// bytes for the S used, 16-byte aligned. The forward allocates nothing.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;  ///< the workspace's size in bytes
+
   /// @brief The scale actually used: `softmax_scale`, or 1/sqrt(D) when it is zero.
   float effective_scale() const {
     return softmax_scale != 0.0f ? softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
@@ -162,6 +172,35 @@ inline BackwardWorkspace backward_workspace(const AttentionParams& p) {
 /// @brief The scratch memory a backward call on `p`'s sizes needs (backward_workspace(p).bytes).
 inline size_t backward_workspace_bytes(const AttentionParams& p) {
   return backward_workspace(p).bytes;
+}
+
+/// @brief The most KV splits a forward call takes (AttentionParams::num_splits).
+constexpr int kMaxKvSplits = 64;
+
+/// @brief The split-KV forward's workspace: S partial outputs, fp32 (S, B, H_q, N_q, D), each
+/// normalised over its own range of keys, then their LSEs, fp32 (S, B, H_q, N_q) (−inf for a range
+/// that saw no key); each part rounded up to 256 bytes. O(S·N), never O(N²).
+struct SplitKvWorkspace {
+  size_t o_partial = 0;    ///< byte offset of the partial outputs
+  size_t lse_partial = 0;  ///< byte offset of the partial LSEs
+  size_t rows = 0;         ///< B·H_q·N_q: the rows of one split
+  size_t bytes = 0;        ///< the whole workspace
+};
+
+/// @brief The workspace layout of a forward call on `p`'s sizes split `splits` ways.
+inline SplitKvWorkspace split_kv_workspace(const AttentionParams& p, int splits) {
+  auto round = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  SplitKvWorkspace w;
+  w.rows = size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q);
+  const size_t s = splits < 1 ? 0 : size_t(splits);
+  w.lse_partial = w.o_partial + round(s * w.rows * size_t(p.head_dim) * sizeof(float));
+  w.bytes = w.lse_partial + round(s * w.rows * sizeof(float));
+  return w;
+}
+
+/// @brief The scratch memory a forward call on `p`'s sizes split `splits` ways needs (0 for one).
+inline size_t split_kv_workspace_bytes(const AttentionParams& p, int splits) {
+  return splits <= 1 ? 0 : split_kv_workspace(p, splits).bytes;
 }
 
 /// @brief Result of an API call: success, or failure with a message saying what was wrong.

@@ -42,6 +42,9 @@ struct Capabilities {
   int only_sm = 0;
   /// Its backward honours BackwardParams::deterministic (bitwise-identical gradients run to run).
   bool deterministic_backward = false;
+  /// Splits the keys across blocks when asked (AttentionParams::num_splits > 1, or 0 with a
+  /// workspace): Part V's split-KV forward.
+  bool split_kv = false;
 };
 
 /// @brief Signature of every step's forward function. Runs asynchronously on `stream`.

@@ -1,0 +1,111 @@
+// The forward's split-KV rules (library/validate.cpp) on stand-in pointers, no GPU: the split
+// count, which steps accept a split, and the workspace a split needs. Each refusal names what is
+// wrong.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "fa/registry.h"
+
+namespace fa {
+namespace {
+
+void* stand_in(uintptr_t slot) {
+  return reinterpret_cast<void*>(slot << 44);  // 16 TiB apart: never overlapping, never dereferenced
+}
+
+Capabilities caps(bool split_kv) {
+  Capabilities c;
+  c.causal = c.lse = c.gqa = true;
+  c.split_kv = split_kv;
+  return c;
+}
+
+// A decode call: one query row per sequence, GQA 32/8, a long cache.
+AttentionParams decode() {
+  AttentionParams p;
+  p.batch = 2;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.seqlen_q = 1;
+  p.seqlen_kv = 8192;
+  p.head_dim = 128;
+  set_bhnd_strides(p);
+  p.q = stand_in(1);
+  p.k = stand_in(2);
+  p.v = stand_in(3);
+  p.o = stand_in(4);
+  p.lse = static_cast<float*>(stand_in(5));
+  return p;
+}
+
+void expect_refused(const AttentionParams& p, bool split_kv, const std::string& why) {
+  const Status st = validate(p, caps(split_kv));
+  EXPECT_FALSE(st.ok()) << "accepted; expected a refusal about: " << why;
+  EXPECT_TRUE(st.unsupported()) << st.message();
+  EXPECT_NE(st.message().find(why), std::string::npos) << "expected \"" << why << "\", got: " << st.message();
+}
+
+TEST(ValidateSplitKv, WorkspaceHoldsEverySplitsPartialOutputAndLse) {
+  const AttentionParams p = decode();
+  const SplitKvWorkspace w = split_kv_workspace(p, 4);
+  EXPECT_EQ(w.rows, 2u * 32u * 1u);
+  EXPECT_GE(w.lse_partial, 4u * w.rows * 128u * sizeof(float));  // after the partial outputs
+  EXPECT_GE(w.bytes, w.lse_partial + 4u * w.rows * sizeof(float));
+  EXPECT_EQ(w.o_partial % 256, 0u);
+  EXPECT_EQ(w.lse_partial % 256, 0u);
+  EXPECT_EQ(split_kv_workspace_bytes(p, 1), 0u);  // no split, no workspace
+  EXPECT_EQ(split_kv_workspace_bytes(p, 0), 0u);
+}
+
+TEST(ValidateSplitKv, AcceptsASplitWithItsWorkspace) {
+  AttentionParams p = decode();
+  p.num_splits = 8;
+  p.workspace = stand_in(6);
+  p.workspace_bytes = split_kv_workspace_bytes(p, 8);
+  const Status st = validate(p, caps(true));
+  EXPECT_TRUE(st.ok()) << st.message();
+  // And with the step choosing (0) or no split (1), with or without a workspace.
+  for (int s : {0, 1}) {
+    p.num_splits = s;
+    EXPECT_TRUE(validate(p, caps(true)).ok());
+    EXPECT_TRUE(validate(p, caps(false)).ok());  // a step without split-KV ignores the workspace
+  }
+}
+
+TEST(ValidateSplitKv, RefusesBadSplitCounts) {
+  AttentionParams p = decode();
+  p.workspace = stand_in(6);
+  p.workspace_bytes = size_t(1) << 30;
+  p.num_splits = -1;
+  expect_refused(p, true, "num_splits must be 0");
+  p.num_splits = kMaxKvSplits + 1;
+  expect_refused(p, true, "num_splits must be 0");
+  p.num_splits = 2;
+  expect_refused(p, false, "does not split the keys");
+}
+
+TEST(ValidateSplitKv, RefusesAMissingOrShortWorkspace) {
+  AttentionParams p = decode();
+  p.num_splits = 4;
+  expect_refused(p, true, "needs a workspace of");
+  p.workspace = stand_in(6);
+  p.workspace_bytes = split_kv_workspace_bytes(p, 4) - 1;
+  expect_refused(p, true, "needs a workspace of");
+}
+
+TEST(ValidateSplitKv, RefusesAMisalignedOrOverlappingWorkspace) {
+  AttentionParams p = decode();
+  p.num_splits = 4;
+  p.workspace_bytes = split_kv_workspace_bytes(p, 4);
+  p.workspace = static_cast<char*>(stand_in(6)) + 4;
+  expect_refused(p, true, "16-byte aligned");
+  p.workspace = p.o;  // written by the combine while the partials are read
+  expect_refused(p, true, "workspace overlaps");
+  p.workspace = p.lse;
+  expect_refused(p, true, "workspace overlaps");
+}
+
+}  // namespace
+}  // namespace fa
