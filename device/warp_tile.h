@@ -340,6 +340,25 @@ __device__ __forceinline__ void store_rows(bf16* dst, int64_t stride, const Acc<
   }
 }
 
+/// store_rows in fp32 (step 27: a split's partial output in the workspace): rows [row0, row0 + 16)
+/// of an fp32 matrix at `dst` (rows `stride` floats apart) = the warp's tile o, each row times
+/// its scale, two adjacent columns per 8-byte store; rows at or past valid_rows are not written.
+template <int D>
+__device__ __forceinline__ void store_rows_float(float* dst, int64_t stride, const Acc<D>& o, Rows scale, int row0,
+                                                 int valid_rows) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + rows_row(lane, r);
+    if (row >= valid_rows) continue;
+    float* dst_row = dst + row * stride;
+#pragma unroll
+    for (int f = 0; f < D / 8; ++f)
+      *reinterpret_cast<float2*>(dst_row + f * 8 + ptx::mma_c_col(lane, 0)) =
+          make_float2(o.c[f][2 * r] * scale.r[r], o.c[f][2 * r + 1] * scale.r[r]);
+  }
+}
+
 /// store_rows into shared memory (step 16): rows [row0, row0 + 16) of a WgmmaLayout tile, each
 /// value times its row's scale and rounded to bf16. Every row is written; the copy out to global
 /// memory is what leaves out rows past N. row0 is a multiple of 8.
