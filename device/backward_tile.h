@@ -178,7 +178,8 @@ __device__ __forceinline__ void store_rows_f32(float* tile, int pitch, const Acc
 /// (ROWS, 32) floats, one after the other; in each, row r is 128 bytes and its 16-byte chunk k sits
 /// at chunk k ^ (r % 8) (the 128-byte swizzle, library/tma.h's make_accum_map). Rows g and g + 1
 /// of a store land on different chunks, so a warp's 8-byte stores take two wavefronts, the minimum
-/// for 256 bytes, with no padding (a TMA box has none). `tile` must be 1024-byte aligned.
+/// for 256 bytes, with no padding (a TMA box has none). `tile` must be 1024-byte aligned, and row0
+/// a multiple of 8 (the lane's rows then sit at swizzle row g).
 template <int ROWS, int C>
 __device__ __forceinline__ void store_rows_f32_swizzled(float* tile, const Acc<C>& x, int row0, float scale) {
   static_assert(C % 32 == 0, "whole 32-column boxes");

@@ -28,7 +28,8 @@
 //        dQ += dS·K                  through shared memory (dS transposed back), then fp32 atomics:
 //                                    every KV tile adds into the same rows of dQ
 //     and at the end dK·c and dV are stored as bf16.
-//  3. convert: dQ = c · the accumulator, rounded to bf16 into the caller's dQ.
+//  3. convert: dQ = the accumulator (already times c: the main kernel scales what it adds),
+//     rounded to bf16 into the caller's dQ.
 // New vocabulary: device/backward_tile.h.
 #include <cuda_bf16.h>
 

@@ -25,10 +25,12 @@
 //        Pᵀ = e^(c·Sᵀ − LSE)          the mask re-applied: a masked pair must get P = 0
 //        dV += Pᵀ·dO                 dPᵀ = V·dOᵀ
 //        dSᵀ = Pᵀ ∘ (dPᵀ − D)        dK += dSᵀ·Q
-//        dQ += dS·K                  through shared memory (dS transposed back), then fp32 atomics:
+//        dQ += dS·K                  through shared memory (dS transposed back), then fp32 atomics
+//                                    (step 26: a bulk reduce-add by the copy engine instead):
 //                                    every KV tile adds into the same rows of dQ
 //     and at the end dK·c and dV are stored as bf16.
-//  3. convert: dQ = c · the accumulator, rounded to bf16 into the caller's dQ.
+//  3. convert: dQ = the accumulator (already times c: the main kernel scales what it adds),
+//     rounded to bf16 into the caller's dQ.
 // New vocabulary: device/backward_tile.h.
 #include <cuda_bf16.h>
 
@@ -599,7 +601,7 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const AttentionParams& p = bp.fwd;
   // The workspace's parts (include/fa/params.h): dQ's fp32 accumulator, D, the turnstiles, and the
   // LSE in exp2 units.
-  // Shared memory first, before anything is written (182 KB at D = 128, 118 KB at D = 64).
+  // Shared memory first, before anything is written (210 KB at D = 128, 146 KB at D = 64).
   constexpr int smem = Cfg::smem_bytes();
   const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true> : backward_kernel<HEAD_DIM, Cfg, false>;
   if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
