@@ -13,13 +13,14 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "device/mask.h"  // FA_HD
 
 namespace fa {
 
 /// The log-sum-exp of S partial results, lse_s = lse[s · stride]: −inf when every one is −inf.
-FA_HD float combined_lse(const float* lse, int splits, int stride) {
+FA_HD float combined_lse(const float* lse, int splits, int64_t stride) {
   float m = -INFINITY;
   for (int s = 0; s < splits; ++s) m = fmaxf(m, lse[s * stride]);
   if (m == -INFINITY) return -INFINITY;  // every split empty: no NaN from −inf − (−inf)

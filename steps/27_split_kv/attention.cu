@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (bh >= params.batch * params.heads_q || i >= params.seqlen_q) return;
   const int64_t b = bh / params.heads_q, h = bh % params.heads_q;
   const int64_t rows = params.batch * params.heads_q * params.seqlen_q, row = bh * params.seqlen_q + i;
-  const float lse = combined_lse(lse_part + row, splits, int(rows));  // −inf when no split saw a key
+  const float lse = combined_lse(lse_part + row, splits, rows);  // −inf when no split saw a key
   bf16* const o_row =
       static_cast<bf16*>(params.o) + b * params.o_stride.batch + h * params.o_stride.head + i * params.o_stride.seq;
   // The lane's 16-byte chunks of the row, one at a time (row_slice.h's order: chunk c·4 + lane),
@@ -250,35 +250,28 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (params.lse != nullptr && row_lane() == 0) params.lse[row] = lse;
 }
 
-// Blocks of `kernel` resident at once on the current GPU (SMs × blocks per SM), looked up once
-// per kernel and device: the split heuristic's wave.
-int resident_slots(const void* kernel, int threads, int smem) {
-  constexpr int kDevices = 64;
-  static int cache[kDevices] = {};  // per device; 0: not looked up yet (one kernel per instantiation)
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return 0;
-  if (cache[device] == 0) {
-    int sms = 0, per_sm = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, size_t(smem));
-    cudaGetLastError();  // leave no sticky error behind
-    cache[device] = std::max(1, sms * per_sm);
-  }
-  return cache[device];
-}
-
 // The number of ranges for call p: the call's, else (0, with a workspace) the heuristic's, cut to
-// what the workspace holds; 1 without a workspace.
+// what the workspace holds; 1 without a workspace. The heuristic's wave is the blocks of the split
+// kernel the GPU holds at once (library/launch_limits.h, cached), asked after the kernel has
+// opted in to its shared memory: before, the occupancy query answers 0 blocks.
 template <int HEAD_DIM, typename Cfg>
-int splits_for(const AttentionParams& p) {
-  if (p.num_splits >= 1) return p.num_splits;  // validate() checked the workspace holds them
-  if (p.workspace == nullptr) return 1;
-  static const int slots = resident_slots(reinterpret_cast<const void*>(attention_kernel<HEAD_DIM, Cfg, true>),
-                                          Cfg::NUM_THREADS, Cfg::template smem_bytes<HEAD_DIM>());
+Status choose_splits(const AttentionParams& p, int* splits) {
+  *splits = 1;
+  if (p.num_splits >= 1) {
+    *splits = p.num_splits;  // validate() checked that the workspace holds them
+    return Status::Ok();
+  }
+  if (p.workspace == nullptr) return Status::Ok();
+  const void* kernel = reinterpret_cast<const void*>(attention_kernel<HEAD_DIM, Cfg, true>);
+  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
+  if (Status st = opt_in_shared_memory(kernel, smem); !st.ok()) return st;
+  int slots = 0;
+  if (Status st = resident_blocks(kernel, Cfg::NUM_THREADS, smem, &slots); !st.ok()) return st;
   int s =
       choose_kv_splits(cdiv(p.seqlen_q, Cfg::BLOCK_M) * p.batch * p.heads_q, cdiv(p.seqlen_kv, Cfg::BLOCK_N), slots);
   while (s > 1 && split_kv_workspace_bytes(p, s) > p.workspace_bytes) --s;
-  return s;
+  *splits = s;
+  return Status::Ok();
 }
 
 template <int HEAD_DIM, typename Cfg>
@@ -286,8 +279,9 @@ Status launch(const AttentionParams& p, cudaStream_t stream) {
   constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
   constexpr float kLog2e = 1.4426950408889634f;
   const float scale_log2 = p.effective_scale() * kLog2e;  // p = 2^(scale_log2·(s − m))
+  int splits = 1;
+  if (Status st = choose_splits<HEAD_DIM, Cfg>(p, &splits); !st.ok()) return st;
   // Above 48 KiB of dynamic shared memory a kernel must opt in (once per device).
-  const int splits = splits_for<HEAD_DIM, Cfg>(p);
   const auto kernel = splits > 1 ? attention_kernel<HEAD_DIM, Cfg, true> : attention_kernel<HEAD_DIM, Cfg, false>;
   if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
   const SplitKvWorkspace ws = split_kv_workspace(p, splits);

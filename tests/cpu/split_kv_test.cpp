@@ -182,8 +182,10 @@ TEST(KvSplits, DecodeFillsAWaveWithTheFewestSplits) {
           if (shortens(sp)) best = std::max(best, eff(sp));
         EXPECT_TRUE(shortens(got));
         EXPECT_GE(eff(got), kSplitWaveEfficiency * best - 1e-12);
-        for (int sp = 1; sp < got; ++sp)
-          if (shortens(sp)) EXPECT_LT(eff(sp), kSplitWaveEfficiency * best) << "fewer splits, " << sp << ", would do";
+        for (int sp = 1; sp < got; ++sp) {
+          if (!shortens(sp)) continue;
+          EXPECT_LT(eff(sp), kSplitWaveEfficiency * best) << "fewer splits, " << sp << ", would do";
+        }
       }
 }
 
