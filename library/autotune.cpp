@@ -62,6 +62,7 @@ std::string Key::str() const {
   append_field(s, " dtype=", dtype);
   append_field(s, " layout=", layout);
   s += lse ? " lse=1" : " lse=0";
+  if (split != "none") append_field(s, " split=", split);  // unsplit keys read as before Part V
   append_field(s, " gpu=", gpu);
   append_field(s, " build=", build_id);
   std::replace(s.begin(), s.end(), '\t', ' ');  // tabs separate the fields of the file
@@ -87,6 +88,7 @@ Key shape_key(const AttentionParams& p) {
   k.dtype = dtype_name(p.dtype);
   k.layout = layout_class(p);
   k.lse = p.lse != nullptr;
+  k.split = p.num_splits > 1 ? std::to_string(p.num_splits) : (p.num_splits == 0 && p.workspace ? "auto" : "none");
   return k;
 }
 

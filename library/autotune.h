@@ -9,6 +9,7 @@
 //     "bnhd" (all contiguous (B, N, H, D)) or "strided" (anything else): the stride of a row
 //     decides how well a tile's loads coalesce;
 //   - whether LSE is written (its stores are part of the time);
+//   - the split-KV request (Part V): a split call runs other kernels and a combine;
 //   - the GPU's name;
 //   - the BUILD of the kernels. This is seed bug #10: a cache that outlives a kernel change hands
 //     out timings of code that no longer exists, and "my fix did nothing" follows. The build
@@ -50,8 +51,11 @@ struct Key {
   std::string dtype = "bf16";   ///< element type of Q, K, V and O
   std::string layout = "bhnd";  ///< "bhnd", "bnhd" or "strided" (layout_class)
   bool lse = false;             ///< LSE is written
-  std::string gpu;              ///< device name, e.g. "NVIDIA H200"
-  std::string build_id;         ///< identifies the compiled kernels (FA_BUILD_ID of the step)
+  /// Split-KV: "none" (no split: num_splits 1, or 0 without a workspace), "auto" (0 with a
+  /// workspace: the step chooses) or the count asked for. A split call launches other kernels.
+  std::string split = "none";
+  std::string gpu;       ///< device name, e.g. "NVIDIA H200"
+  std::string build_id;  ///< identifies the compiled kernels (FA_BUILD_ID of the step)
   /// One line of text without tabs, the cache's lookup key, e.g. "nq=4096 nkv=4096 d=64 b=2
   /// hq=16 hkv=4 causal=none dtype=bf16 layout=bhnd lse=0 gpu=NVIDIA H200 build=1f0c...".
   /// Plain string appends: it is built on every call of a tuned step.

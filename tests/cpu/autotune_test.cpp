@@ -88,6 +88,8 @@ TEST(AutotuneKey, EveryFieldChangesTheKey) {
   EXPECT_TRUE(changed([](autotune::Key& k) { k.dtype = "fp16"; }));
   EXPECT_TRUE(changed([](autotune::Key& k) { k.layout = "bnhd"; }));
   EXPECT_TRUE(changed([](autotune::Key& k) { k.lse = true; }));
+  EXPECT_TRUE(changed([](autotune::Key& k) { k.split = "auto"; }));
+  EXPECT_TRUE(changed([](autotune::Key& k) { k.split = "4"; }));
   EXPECT_TRUE(changed([](autotune::Key& k) { k.gpu = "NVIDIA A100-SXM4-80GB"; }));
   EXPECT_TRUE(changed([](autotune::Key& k) { k.build_id = "fedcba9876543210"; }));  // seed bug #10
   EXPECT_EQ(base.find('\t'), std::string::npos);
@@ -123,6 +125,16 @@ TEST(AutotuneKey, ShapeKeyReadsTheParams) {
   EXPECT_EQ(autotune::shape_key(p).causal, "top_left");
   p.causal = false;
   EXPECT_EQ(autotune::shape_key(p).causal, "none");
+  // Split-KV: none without a split, auto when the step may choose (0 with a workspace), else S.
+  EXPECT_EQ(autotune::shape_key(p).split, "none");
+  int scratch = 0;
+  p.workspace = &scratch;
+  EXPECT_EQ(autotune::shape_key(p).split, "auto");
+  p.num_splits = 1;
+  EXPECT_EQ(autotune::shape_key(p).split, "none");
+  p.num_splits = 8;
+  EXPECT_EQ(autotune::shape_key(p).split, "8");
+  EXPECT_NE(autotune::shape_key(p).str().find(" split=8"), std::string::npos);
 }
 
 TEST(AutotuneKey, LayoutClassOfTheStrides) {
