@@ -321,41 +321,31 @@ __device__ __forceinline__ Rows safe_inverse(Rows l) {
   return inv;
 }
 
-/// Writes the warp's 16 rows of o, each multiplied by its scale, as bf16 to global memory: row r
-/// of o goes to dst + (row0 + r)·stride, and rows with row0 + r >= valid_rows (past N_q) are not
-/// written. bf16 pairs straight from the accumulators.
-template <int D>
-__device__ __forceinline__ void store_rows(bf16* dst, int64_t stride, const Acc<D>& o, Rows scale, int row0,
+/// Two adjacent columns of a row, stored as the destination's element type: a bf16 pair in one
+/// 4-byte store, or an fp32 pair in one 8-byte store.
+__device__ __forceinline__ void store_pair(bf16* dst, float lo, float hi) {
+  *reinterpret_cast<uint32_t*>(dst) = ptx::pack_bf16x2(lo, hi);
+}
+__device__ __forceinline__ void store_pair(float* dst, float lo, float hi) {
+  *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
+}
+
+/// Writes the warp's 16 rows of o, each multiplied by its scale, to global memory as T (bf16: the
+/// output; float: step 27's partial outputs in the workspace): row r of o goes to
+/// dst + (row0 + r)·stride, and rows with row0 + r >= valid_rows (past N_q) are not written.
+/// Two adjacent columns per store, straight from the accumulators.
+template <int D, typename T>
+__device__ __forceinline__ void store_rows(T* dst, int64_t stride, const Acc<D>& o, Rows scale, int row0,
                                            int valid_rows) {
   const int lane = lane_id();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + rows_row(lane, r);
     if (row >= valid_rows) continue;
-    bf16* dst_row = dst + row * stride;
+    T* dst_row = dst + row * stride;
 #pragma unroll
     for (int f = 0; f < D / 8; ++f)
-      *reinterpret_cast<uint32_t*>(dst_row + f * 8 + ptx::mma_c_col(lane, 0)) =
-          ptx::pack_bf16x2(o.c[f][2 * r] * scale.r[r], o.c[f][2 * r + 1] * scale.r[r]);
-  }
-}
-
-/// store_rows in fp32 (step 27: a split's partial output in the workspace): rows [row0, row0 + 16)
-/// of an fp32 matrix at `dst` (rows `stride` floats apart) = the warp's tile o, each row times
-/// its scale, two adjacent columns per 8-byte store; rows at or past valid_rows are not written.
-template <int D>
-__device__ __forceinline__ void store_rows_float(float* dst, int64_t stride, const Acc<D>& o, Rows scale, int row0,
-                                                 int valid_rows) {
-  const int lane = lane_id();
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + rows_row(lane, r);
-    if (row >= valid_rows) continue;
-    float* dst_row = dst + row * stride;
-#pragma unroll
-    for (int f = 0; f < D / 8; ++f)
-      *reinterpret_cast<float2*>(dst_row + f * 8 + ptx::mma_c_col(lane, 0)) =
-          make_float2(o.c[f][2 * r] * scale.r[r], o.c[f][2 * r + 1] * scale.r[r]);
+      store_pair(dst_row + f * 8 + ptx::mma_c_col(lane, 0), o.c[f][2 * r] * scale.r[r], o.c[f][2 * r + 1] * scale.r[r]);
   }
 }
 

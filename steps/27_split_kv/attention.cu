@@ -25,7 +25,6 @@
 
 #include "device/mask.h"
 #include "device/ptx/cp_async.h"
-#include "device/row_slice.h"
 #include "device/split_combine.h"
 #include "device/smem_tile.h"
 #include "device/tiles.h"
@@ -199,7 +198,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
       // split_rows = B·H_q·N_q rows per split; the split and (b, h) read from the grid again.
       const int64_t part =
           (int(blockIdx.x) % splits) * split_rows + (blockIdx.y + int64_t(blockIdx.z) * gridDim.y) * n_q + m_start;
-      store_rows_float(o_part + part * HEAD_DIM, HEAD_DIM, o_i[t], safe_inverse(l), tile_row0, n_q - m_start);
+      store_rows(o_part + part * HEAD_DIM, HEAD_DIM, o_i[t], safe_inverse(l), tile_row0, n_q - m_start);
       store_row_values(lse_part + part, log_sum_exp(m_i[t], l, scale_log2), tile_row0, n_q - m_start);
       continue;
     }
@@ -213,41 +212,42 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   }
 }
 
-// The combine: one row of one (batch, query head) per quad of four lanes (device/row_slice.h, as
-// steps 01-03 read rows), 64 rows per block; grid = (⌈N_q / 64⌉, B·H_q over y and z). Each row
-// reads its S partial LSEs, then its S partial outputs, and writes O (bf16) and the LSE.
+// The combine: a row of one (batch, query head) per HEAD_DIM / 8 lanes, each lane one 16-byte
+// chunk of the row (8 values), 256 threads a block; grid = (⌈N_q / rows per block⌉, B·H_q over y
+// and z). Each row reads its S partial LSEs, then each lane its chunk of the S partial outputs,
+// each split's weight computed once; it writes O (bf16) and the LSE.
 constexpr int kCombineThreads = 256;
-constexpr int kCombineRows = kCombineThreads / kRowLanes;
+template <int HEAD_DIM>
+constexpr int kCombineLanes = HEAD_DIM / 8;  // lanes per row
+template <int HEAD_DIM>
+constexpr int kCombineRows = kCombineThreads / kCombineLanes<HEAD_DIM>;  // rows per block
 
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const AttentionParams params, const int splits, const float* o_part, const float* lse_part) {
+  constexpr int LANES = kCombineLanes<HEAD_DIM>;
   const int64_t bh = blockIdx.y + int64_t(blockIdx.z) * gridDim.y;
-  const int64_t i = int64_t(blockIdx.x) * kCombineRows + threadIdx.x / kRowLanes;
+  const int64_t i = int64_t(blockIdx.x) * kCombineRows<HEAD_DIM> + threadIdx.x / LANES;
   if (bh >= params.batch * params.heads_q || i >= params.seqlen_q) return;
   const int64_t b = bh / params.heads_q, h = bh % params.heads_q;
   const int64_t rows = params.batch * params.heads_q * params.seqlen_q, row = bh * params.seqlen_q + i;
+  const int col = int(threadIdx.x % LANES) * 8;                  // this lane's chunk
   const float lse = combined_lse(lse_part + row, splits, rows);  // −inf when no split saw a key
+  float acc[8] = {};
+  for (int s = 0; s < splits; ++s) {
+    const float w = split_weight(lse_part[s * rows + row], lse);  // 0 for an empty range
+    if (w == 0.0f) continue;                                      // ... whose O_s is not read
+    const float4* src = reinterpret_cast<const float4*>(o_part + (s * rows + row) * HEAD_DIM + col);
+    const float4 x = src[0], y = src[1];
+    acc[0] = fmaf(w, x.x, acc[0]), acc[1] = fmaf(w, x.y, acc[1]), acc[2] = fmaf(w, x.z, acc[2]);
+    acc[3] = fmaf(w, x.w, acc[3]), acc[4] = fmaf(w, y.x, acc[4]), acc[5] = fmaf(w, y.y, acc[5]);
+    acc[6] = fmaf(w, y.z, acc[6]), acc[7] = fmaf(w, y.w, acc[7]);
+  }
   bf16* const o_row =
       static_cast<bf16*>(params.o) + b * params.o_stride.batch + h * params.o_stride.head + i * params.o_stride.seq;
-  // The lane's 16-byte chunks of the row, one at a time (row_slice.h's order: chunk c·4 + lane),
-  // each summed over the splits: 8 accumulators, whatever S and HEAD_DIM.
-  for (int c = 0; c < row_slice_size<HEAD_DIM>() / kChunkElems; ++c) {
-    const int col = (c * kRowLanes + row_lane()) * kChunkElems;
-    float acc[kChunkElems] = {};
-    for (int s = 0; s < splits; ++s) {
-      const float w = split_weight(lse_part[s * rows + row], lse);  // 0 for an empty range
-      if (w == 0.0f) continue;                                      // ... whose O_s is not read
-      const float4* src = reinterpret_cast<const float4*>(o_part + (s * rows + row) * HEAD_DIM + col);
-      const float4 x = src[0], y = src[1];
-      acc[0] = fmaf(w, x.x, acc[0]), acc[1] = fmaf(w, x.y, acc[1]), acc[2] = fmaf(w, x.z, acc[2]);
-      acc[3] = fmaf(w, x.w, acc[3]), acc[4] = fmaf(w, y.x, acc[4]), acc[5] = fmaf(w, y.y, acc[5]);
-      acc[6] = fmaf(w, y.z, acc[6]), acc[7] = fmaf(w, y.w, acc[7]);
-    }
-    *reinterpret_cast<uint4*>(o_row + col) = uint4{pack_bf16x2(acc[0], acc[1]), pack_bf16x2(acc[2], acc[3]),
-                                                   pack_bf16x2(acc[4], acc[5]), pack_bf16x2(acc[6], acc[7])};
-  }
-  if (params.lse != nullptr && row_lane() == 0) params.lse[row] = lse;
+  *reinterpret_cast<uint4*>(o_row + col) = uint4{ptx::pack_bf16x2(acc[0], acc[1]), ptx::pack_bf16x2(acc[2], acc[3]),
+                                                 ptx::pack_bf16x2(acc[4], acc[5]), ptx::pack_bf16x2(acc[6], acc[7])};
+  if (params.lse != nullptr && col == 0) params.lse[row] = lse;
 }
 
 // The number of ranges for call p: the call's, else (0, with a workspace) the heuristic's, cut to
@@ -295,7 +295,7 @@ Status launch(const AttentionParams& p, cudaStream_t stream) {
                                                    int64_t(ws.rows));
   FA_LAUNCH_RETURN();
   if (splits > 1) {
-    const dim3 combine_grid(unsigned(cdiv(p.seqlen_q, kCombineRows)), unsigned(std::min<int64_t>(bh, 65535)),
+    const dim3 combine_grid(unsigned(cdiv(p.seqlen_q, kCombineRows<HEAD_DIM>)), unsigned(std::min<int64_t>(bh, 65535)),
                             unsigned(cdiv(bh, 65535)));
     combine_kernel<HEAD_DIM><<<combine_grid, kCombineThreads, 0, stream>>>(p, splits, o_part, lse_part);
     FA_LAUNCH_RETURN();
