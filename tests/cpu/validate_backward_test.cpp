@@ -6,13 +6,10 @@
 #include <string>
 
 #include "fa/registry.h"
+#include "tests/cpu/stand_in.h"
 
 namespace fa {
 namespace {
-
-void* stand_in(uintptr_t slot) {
-  return reinterpret_cast<void*>(slot << 44);  // 16 TiB apart: never overlapping, never dereferenced
-}
 
 Capabilities caps() {
   Capabilities c;
