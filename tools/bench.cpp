@@ -41,6 +41,25 @@
 #endif
 
 namespace fa::tools {
+
+std::string commit_id() {
+  if (const char* env = std::getenv("FA_COMMIT"); env && *env) return env;
+  return FA_GIT_COMMIT;
+}
+
+std::string csv_field(const std::string& v) {
+  if (v.find_first_of(",\"\n") == std::string::npos) return v;
+  std::string out = "\"";
+  for (char c : v) out += (c == '"') ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
 namespace {
 
 struct BenchShape {
@@ -75,11 +94,6 @@ struct Point {
   std::vector<Timing> times;
 };
 
-std::string commit_id() {
-  if (const char* env = std::getenv("FA_COMMIT"); env && *env) return env;
-  return FA_GIT_COMMIT;
-}
-
 std::string shape_label(const BenchShape& s) {
   std::ostringstream os;
   os << "B=" << s.batch << " H=" << s.heads << " N=" << s.seqlen << " D=" << s.head_dim << (s.causal ? " causal" : "");
@@ -97,14 +111,6 @@ std::string point_label(const Point& p) {
   return step_label(*p.step) + (p.backward ? " bwd" : "");
 }
 
-// One CSV field: quoted when it holds a comma or a quote.
-std::string csv_field(const std::string& v) {
-  if (v.find_first_of(",\"\n") == std::string::npos) return v;
-  std::string out = "\"";
-  for (char c : v) out += (c == '"') ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
 std::string json_string(const std::string& v) {
   std::string out = "\"";
   for (unsigned char c : v) {
@@ -120,12 +126,6 @@ std::string json_string(const std::string& v) {
     }
   }
   return out + "\"";
-}
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
 }
 
 ProblemShape problem_shape(const BenchShape& s) {

@@ -156,7 +156,10 @@ void usage() {
                "                                        nothing skipped: every step side by side\n"
                "  run --step NN [--b --h --hkv --nq --nkv --n --d --causal --bottom-right --bnhd\n"
                "         --scale S --iters N --no-check --config NAME]   --config: that configuration, untuned\n"
-               "  configs --step NN [--d 64]            the step's configurations at head dim D, one a line\n";
+               "  configs --step NN [--d 64]            the step's configurations at head dim D, one a line\n"
+               "  decode [--steps 16,27] [--shapes 1:8k,8:8k,...] [--h 32 --hkv 8 --nq 1 --d 128] [--causal]\n"
+               "         [--splits auto,1,4] [--csv FILE] [--iters 50 --warmup 5 --repeats 3] [--list]\n"
+               "                                        decode calls timed as KV-cache bytes read per second\n";
 }
 
 }  // namespace
@@ -174,6 +177,7 @@ int main(int argc, char** argv) {
     if (cmd == "configs") return fa::tools::cmd_configs(args);
     if (cmd == "ladder") return fa::tools::cmd_ladder(args);
     if (cmd == "bench") return fa::tools::cmd_bench(args);
+    if (cmd == "decode") return fa::tools::cmd_decode(args);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       usage();
       return 0;
