@@ -197,6 +197,21 @@ __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, con
   }
 }
 
+/// load_tile_async with each row from its own address: row_src(row) is where row `row` starts
+/// (step 28's packed rows come from several heads). Rows >= valid_rows arrive as zeros, unread.
+template <int NUM_THREADS, int ROWS, typename Layout, typename RowSrc>
+__device__ __forceinline__ void load_rows_async(SmemTile<ROWS, Layout> tile, const RowSrc& row_src, int valid_rows) {
+  using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
+  const int row0 = int(threadIdx.x) / Plan::kChunks, col = (int(threadIdx.x) % Plan::kChunks) * 8;
+  const uint32_t smem0 = tile.addr() + 2 * Layout::offset(row0, col);
+#pragma unroll
+  for (int pass = 0; pass < Plan::kPasses; ++pass) {
+    const int row = row0 + pass * Plan::kRowsPerPass;
+    const bool valid = row < valid_rows;
+    ptx::cp_async_16(smem0 + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2, row_src(valid ? row : 0) + col, valid);
+  }
+}
+
 /// Rows [row, row + ROWS) of head `head`, batch `batch` of the tensor that `map` describes (a
 /// library/tma.h map with boxes of ROWS rows), into a WgmmaLayout tile by the copy engine: one
 /// box per 64-column panel, all completing on the mbarrier at `bar`, which must expect

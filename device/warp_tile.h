@@ -349,6 +349,23 @@ __device__ __forceinline__ void store_rows(T* dst, int64_t stride, const Acc<D>&
   }
 }
 
+/// store_rows with each row at its own address: row r of o goes to row_dst(row0 + r), as the
+/// element type row_dst points to (step 28's packed rows go to several heads).
+template <int D, typename RowDst>
+__device__ __forceinline__ void store_rows(const Acc<D>& o, Rows scale, int row0, int valid_rows,
+                                           const RowDst& row_dst) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + rows_row(lane, r);
+    if (row >= valid_rows) continue;
+    auto* dst_row = row_dst(row);
+#pragma unroll
+    for (int f = 0; f < D / 8; ++f)
+      store_pair(dst_row + f * 8 + ptx::mma_c_col(lane, 0), o.c[f][2 * r] * scale.r[r], o.c[f][2 * r + 1] * scale.r[r]);
+  }
+}
+
 /// store_rows into shared memory (step 16): rows [row0, row0 + 16) of a WgmmaLayout tile, each
 /// value times its row's scale and rounded to bf16. Every row is written; the copy out to global
 /// memory is what leaves out rows past N. row0 is a multiple of 8.
@@ -384,6 +401,18 @@ __device__ __forceinline__ void store_row_values(float* dst, Rows x, int row0, i
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + rows_row(lane, r);
     if (row < valid_rows) dst[row] = x.r[r];
+  }
+}
+
+/// store_row_values with each row's value at its own address, row_dst(row).
+template <typename RowDst>
+__device__ __forceinline__ void store_row_values(Rows x, int row0, int valid_rows, const RowDst& row_dst) {
+  const int lane = lane_id();
+  if (lane % 4 != 0) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + rows_row(lane, r);
+    if (row < valid_rows) *row_dst(row) = x.r[r];
   }
 }
 

@@ -1,0 +1,59 @@
+// The split-KV check shared by steps 27 and 28's tests: a shape, and a run with a poisoned
+// workspace judged against the reference.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/check.h"
+#include "harness/cuda_check.h"
+#include "harness/device_buffer.h"
+#include "tests/gpu/step_suite.h"
+
+namespace fa::testing {
+
+inline ProblemShape split_shape(int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nkv, int64_t d,
+                                bool causal = false, CausalAlign align = CausalAlign::bottom_right) {
+  ProblemShape s;
+  s.batch = b, s.heads_q = h, s.heads_kv = hkv, s.seqlen_q = nq, s.seqlen_kv = nkv, s.head_dim = d;
+  s.causal = causal, s.align = align, s.with_lse = true;
+  s.seed = uint64_t(27000 + b * 7 + h * 11 + nq * 13 + nkv * 17 + d + causal);
+  return s;
+}
+
+// Runs the step with num_splits (0: its own choice) and a poisoned workspace of `workspace_splits`
+// splits' size; returns the workspace after the call.
+inline std::vector<unsigned char> expect_split_matches(const ProblemShape& s, int num_splits, int workspace_splits) {
+  AttentionProblem prob(s);
+  const ReferenceData ref = compute_reference(prob);
+  AttentionParams p = prob.params();
+  const size_t bytes = split_kv_workspace_bytes(p, workspace_splits);
+  DeviceBuffer<unsigned char> ws(bytes);
+  ws.poison();
+  p.num_splits = num_splits;
+  p.workspace = bytes ? ws.get() : nullptr;
+  p.workspace_bytes = bytes;
+  prob.poison_outputs();
+  const Status st = the_step().forward(p, nullptr);
+  EXPECT_TRUE(st.ok()) << st.message();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  SCOPED_TRACE(to_string(s) + ", num_splits " + std::to_string(num_splits));
+  const CompareResult co = compare(prob.output_bhnd(), ref.o, bf16_tolerance());
+  const CompareResult cl = compare(prob.lse(), ref.lse, lse_tolerance());
+  EXPECT_TRUE(co.ok) << "O: " << co.summary();
+  EXPECT_TRUE(cl.ok) << "LSE: " << cl.summary();
+  std::string why;
+  EXPECT_TRUE(prob.memory_intact(&why)) << why;
+  std::vector<unsigned char> after = bytes ? ws.download() : std::vector<unsigned char>{};
+  if (num_splits > 1) {  // a split writes its partial results: an unsplit run would pass the checks above too
+    size_t written = 0;
+    for (unsigned char c : after) written += c != 0xFF;
+    EXPECT_GT(written, 0u) << "num_splits = " << num_splits
+                           << ": the workspace was not written, the step did not split";
+  }
+  return after;
+}
+
+}  // namespace fa::testing
