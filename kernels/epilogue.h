@@ -9,12 +9,16 @@
 //
 // Both write LSE = scale·m + ln(l) (−inf for a row that saw no key) from the registers. An
 // epilogue reads the fields of `Out` it needs; the kernel fills them where step 16 computed them
-// (an unused field costs nothing: it is never materialised). Later: a split-KV partial store
-// (fp32 O and LSE per split).
+// (an unused field costs nothing: it is never materialised).
+//
+//   PackedStore    the decode kernel's (kernels/fwd_decode.cu): a GQA-packed tile's rows each to
+//                  their own (head, query) address (device/gqa_pack.h), as bf16 into O or, for a
+//                  split, as fp32 into the workspace's partial O; the LSE (or the partial LSE) beside.
 #pragma once
 
 #include <cstdint>
 
+#include "device/gqa_pack.h"
 #include "device/ptx/sm90.h"
 #include "device/ptx/tma.h"
 #include "device/smem_tile.h"
@@ -61,6 +65,29 @@ struct RegisterStore {
     store_lse(out, m_i, l, scale_log2);
   }
   __device__ __forceinline__ static void finish() {}
+};
+
+/// Where a packed tile's rows go: row r of the tile (from m_start) is packed row m_start + r of the
+/// group, whose O row is o(m_start + r) and LSE lse(m_start + r) (lse.base == nullptr: no LSE).
+template <typename T>
+struct PackedOut {
+  PackedRows<T> o;
+  PackedRows<float> lse;
+  int m_start = 0;     // the tile's first packed row
+  int row0 = 0;        // the warp's first row in the tile
+  int valid_rows = 0;  // packed rows of the tile that exist
+};
+
+struct PackedStore {
+  template <int D, typename T>
+  __device__ __forceinline__ static void store(const PackedOut<T>& out, const tile::Acc<D>& o_i, tile::Rows m_i,
+                                               tile::Rows l, float scale_log2) {
+    tile::store_rows(o_i, tile::safe_inverse(l), out.row0, out.valid_rows,
+                     [&](int row) { return out.o(out.m_start + row); });
+    if (out.lse.base != nullptr)
+      tile::store_row_values(tile::log_sum_exp(m_i, l, scale_log2), out.row0, out.valid_rows,
+                             [&](int row) { return out.lse(out.m_start + row); });
+  }
 };
 
 struct TmaStore {

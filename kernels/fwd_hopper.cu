@@ -327,6 +327,7 @@ const Capabilities kCaps = [] {
   c.max_work_tiles = kMaxWorkTiles;         // the persistent grid's 32-bit tile counter,
   c.work_tile_rows = kTuner.min_block_m();  // counted in the smallest tiles any configuration takes
   c.deterministic_backward = true;          // its backward: the Hopper one (kernels/bwd_hopper.cu)
+  c.split_kv = true;                        // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   return c;
 }();
 
@@ -334,6 +335,8 @@ const Capabilities kCaps = [] {
 
 Status forward(const AttentionParams& p, cudaStream_t stream) {
   if (Status st = validate(p, kCaps); !st.ok()) return st;  // its last rule: sm_90a code on a GPU that runs it
+  bool decode = false;  // a call of a few rows per group: the decode kernel (kernels/fwd_decode.cu)
+  if (Status st = decode::route(p, stream, &decode); decode || !st.ok()) return st;
   return kTuner.run(p, stream);
 }
 

@@ -209,6 +209,7 @@ const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
 const Capabilities kCaps = [] {
   Capabilities c = forward_caps({64, 128});  // step 10's: nothing beyond the common ones,
   c.deterministic_backward = true;           // and the production backward's deterministic mode
+  c.split_kv = true;  // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   return c;
 }();
 
@@ -216,6 +217,8 @@ const Capabilities kCaps = [] {
 
 Status forward(const AttentionParams& p, cudaStream_t stream) {
   if (Status st = validate(p, kCaps); !st.ok()) return st;
+  bool decode = false;  // a call of a few rows per group: the decode kernel (kernels/fwd_decode.cu)
+  if (Status st = decode::route(p, stream, &decode); decode || !st.ok()) return st;
   return kTuner.run(p, stream);
 }
 

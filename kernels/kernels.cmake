@@ -44,6 +44,24 @@ target_compile_definitions(fa_kernel_bwd_hopper PRIVATE FA_KERNEL_HEAD_DIM_MASK=
 target_compile_options(fa_kernel_bwd_hopper PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=177>)
 set_property(GLOBAL APPEND PROPERTY FA_KERNEL_TARGETS fa_kernel_bwd_hopper)
 
+# The production decode (kernels/fwd_decode.cu, from step 28): GQA-packed split-KV on mma.sync, for
+# every architecture the build targets; both production forwards hand it the calls it takes. Its own
+# tuner, so its own build id.
+file(GLOB_RECURSE fa_decode_inputs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/device/* ${CMAKE_SOURCE_DIR}/kernels/*.h)
+list(SORT fa_decode_inputs)
+list(PREPEND fa_decode_inputs ${CMAKE_SOURCE_DIR}/kernels/fwd_decode.cu)
+list(APPEND fa_decode_inputs ${CMAKE_SOURCE_DIR}/library/tuner.h)
+set_property(DIRECTORY ${CMAKE_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${fa_decode_inputs})
+fa_build_id(fa_decode_build_id ${fa_decode_inputs})
+string(SHA256 fa_decode_build_id "${fa_decode_build_id}\nhead_dims=${FA_HEAD_DIMS}\n")
+string(SUBSTRING ${fa_decode_build_id} 0 16 fa_decode_build_id)
+add_library(fa_kernel_decode OBJECT ${CMAKE_SOURCE_DIR}/kernels/fwd_decode.cu)
+target_link_libraries(fa_kernel_decode PUBLIC fa_library)
+target_compile_definitions(fa_kernel_decode PRIVATE FA_BUILD_ID="${fa_decode_build_id}"
+                                                    FA_KERNEL_HEAD_DIM_MASK=${fa_head_dim_mask}ull)
+target_compile_options(fa_kernel_decode PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=177>)
+set_property(GLOBAL APPEND PROPERTY FA_KERNEL_TARGETS fa_kernel_decode)
+
 # fa_production_kernel(<name> <source> [ARCH <architectures>] [SAME_AS_STEP <NN>] [INS <instruction>...]
 #                      [STATIC <sass_check rules>...] [TESTS <sources>...])
 # ARCH as in fa_step. SAME_AS_STEP: the static check that every configuration both compile has the
@@ -72,7 +90,7 @@ function(fa_production_kernel name source)
   endif()
   add_executable(fa_test_kernel_${name} ${A_TESTS} ${CMAKE_SOURCE_DIR}/steps/06_autotune/tests/autotune_test.cpp)
   target_link_libraries(fa_test_kernel_${name} PRIVATE fa_gpu_suite fa_kernel_${name} fa_kernel_bwd_mma
-                                                       fa_kernel_bwd_hopper fa_harness GTest::gtest)
+                                                       fa_kernel_bwd_hopper fa_kernel_decode fa_harness GTest::gtest)
   gtest_discover_tests(fa_test_kernel_${name} TEST_PREFIX "kernels.${name}." DISCOVERY_TIMEOUT 60
                        DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "gpu")
   fa_sass_check_command(cmd fa_kernel_${name} ${A_STATIC})
@@ -102,7 +120,8 @@ set(fa_backward_tests ${CMAKE_SOURCE_DIR}/steps/17_backward_mma/tests/backward_t
 # local memory, and every kernel the HMMAs of one K/V tile.
 fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10
   STATIC REQUIRE HMMA LDSM LDGSTS HMMA_PER_KV_TILE 64:2 KERNEL attention_kernel
-  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_mma_test.cpp ${fa_backward_tests})
+  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_mma_test.cpp ${CMAKE_SOURCE_DIR}/tests/kernels/decode_test.cpp
+        ${fa_backward_tests})
 
 # Step 16's rules (sm_90a alone): wgmma, TMA loads and stores, mbarriers, setmaxnreg, no mma.sync
 # or cp.async, and step 16's instruction counts per configuration, UTMASTG included.
@@ -110,11 +129,17 @@ fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16
   INS HGMMA UTMALDG UTMASTG MUFU.EX2 BAR.SYNC FENCE.VIEW.ASYNC.S
   STATIC REQUIRE HGMMA UTMALDG UTMASTG SYNCS USETMAXREG FORBID HMMA LDSM LDGSTS MAX_COUNT WARPGROUP.ARRIVE:4
          KERNEL attention_kernel
-  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_hopper_test.cpp ${fa_backward_tests})
+  TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_hopper_test.cpp ${CMAKE_SOURCE_DIR}/tests/kernels/decode_test.cpp
+        ${fa_backward_tests})
 
 # The backward's rules: step 23's (tensor cores, ldmatrix, cp.async, no local memory; on sm_90 dQ
 # through vector atomics only), and step 23's instruction counts per configuration.
 if(FA_BUILD_TESTS)
+  # The decode kernel: step 28's rules (tensor cores, ldmatrix, cp.async, no local memory). Its
+  # tests run through kernels 100 and 101 (tests/kernels/decode_test.cpp).
+  fa_sass_check_command(cmd fa_kernel_decode REQUIRE HMMA LDSM LDGSTS KERNEL decode_kernel)
+  add_test(NAME static.kernels.decode COMMAND ${cmd})
+  set_tests_properties(static.kernels.decode PROPERTIES LABELS "static;kernels")
   fa_sass_check_command(cmd fa_kernel_bwd_mma REQUIRE HMMA LDSM LDGSTS KERNEL backward_kernel)
   add_test(NAME static.kernels.bwd_mma COMMAND ${cmd})
   set_tests_properties(static.kernels.bwd_mma PROPERTIES LABELS "static;kernels")

@@ -1,0 +1,339 @@
+// The production decode on mma.sync (any sm_80+ GPU), generalised from step 28: GQA-packed Q tiles
+// (the query heads of a KV head are the rows of one tile, device/gqa_pack.h), each tile's keys split
+// into S ranges computed by blocks of their own (step 27), partial results merged by their LSEs.
+// Not a lesson: the steps never include it. Both production forwards (kernels 100 and 101) hand it
+// the calls it is for (accepts()): a group's rows fit one tile, N_q·G <= 128 (decode, speculative
+// decoding, a short chunk of prefill), and either the caller gave a workspace, so the keys can be
+// split, or the packed grid fills the GPU without splitting. On an H200 it reads the KV cache at the
+// memory's rate, 3× what the Hopper forward's 128-row tiles reach on one real row.
+//
+// What step 28 hard-wired is the production layer's here: the epilogue (PackedStore, bf16 O or the
+// fp32 partials, kernels/epilogue.h) and the tuner's configuration list; the mask is the call's
+// causal flag in either alignment, as CausalFlag, on each row's query.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "device/gqa_pack.h"
+#include "device/mask.h"
+#include "device/ptx/cp_async.h"
+#include "device/smem_tile.h"
+#include "device/split_combine.h"
+#include "device/tiles.h"
+#include "device/warp_tile.h"
+#include "fa/registry.h"
+#include "kernels/epilogue.h"
+#include "kernels/kernels.h"
+#include "kernels/launch.h"
+#include "library/cuda_status.h"
+#include "library/launch_limits.h"
+#include "library/split_kv.h"
+#include "library/tuner.h"
+
+namespace fa::kernels::decode {
+namespace {
+
+using namespace fa::tile;
+using fa::ptx::cp_async_commit;
+using fa::ptx::cp_async_wait;
+
+constexpr int kWarpSize = 32;
+constexpr int kMmaRows = 16;
+
+// One kernel configuration: query rows per block, keys per K/V tile, K/V tiles in flight, and
+// 16-row mma tiles per warp (step 28: 16 rows per warp at D = 128, where 32 spilled).
+template <int BLOCK_M_, int BLOCK_N_, int STAGES_, int M_TILES_>
+struct Config {
+  static constexpr int BLOCK_M = BLOCK_M_;
+  static constexpr int BLOCK_N = BLOCK_N_;
+  static constexpr int STAGES = STAGES_;
+  static constexpr int M_TILES = M_TILES_;
+  static constexpr const char* VARIANT = M_TILES_ == 1 ? "16 rows/warp" : "32 rows/warp";
+  static constexpr int ROWS_PER_WARP = kMmaRows * M_TILES;
+  static constexpr int NUM_WARPS = BLOCK_M / ROWS_PER_WARP;
+  static constexpr int NUM_THREADS = NUM_WARPS * kWarpSize;
+  static constexpr float RESCALE_THRESHOLD = 8.0f;  // exp2 units: P <= 2^8 between rescales
+  template <int HEAD_DIM>
+  static constexpr int smem_bytes() {
+    return SwizzledLayout<HEAD_DIM>::bytes(BLOCK_M + STAGES * 2 * BLOCK_N);
+  }
+};
+
+// The rows of a group that fit one tile of every configuration: accepts() takes no more.
+constexpr int kMaxPackedRows = 64;
+
+// ---- the kernel --------------------------------------------------------------------------------
+
+// grid = (packed Q tiles × splits, B·H_q / pack over y and z). SPLIT: the block's range of keys
+// goes to the workspace as fp32 partials (splits > 1); without, O and the LSE directly.
+template <int HEAD_DIM, typename Cfg, bool SPLIT>
+__global__ void __launch_bounds__(Cfg::NUM_THREADS)
+    decode_kernel(const AttentionParams params, const float scale_log2, const int64_t offset_all, const int splits,
+                  float* o_part, float* lse_part, const int64_t split_rows, const int pack) {
+  constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
+  constexpr int STAGES = Cfg::STAGES, M_TILES = Cfg::M_TILES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
+  using Layout = SwizzledLayout<HEAD_DIM>;
+  extern __shared__ uint4 smem[];
+  const SmemTile<BLOCK_M, Layout> q_tile{reinterpret_cast<bf16*>(smem)};
+  const SmemTile<BLOCK_N, Layout> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
+
+  const int warp = int(threadIdx.x) / kWarpSize;
+  const int n_q = int(params.seqlen_q), n_kv_all = int(params.seqlen_kv);
+  const int n_rows = n_q * pack;  // the group's packed rows (accepts(): at most kMaxPackedRows)
+
+  const int m_tiles = SPLIT ? int(gridDim.x) / splits : int(gridDim.x);
+  const int split = SPLIT ? int(blockIdx.x) % splits : 0, tile_m = SPLIT ? int(blockIdx.x) / splits : int(blockIdx.x);
+  const int m_block = params.causal ? m_tiles - 1 - tile_m : tile_m;
+  const int64_t groups = params.heads_q / pack;
+  const int64_t bh = blockIdx.y + int64_t(blockIdx.z) * gridDim.y;
+  if (bh >= params.batch * groups) return;
+  const int64_t b = bh / groups, h0 = (bh % groups) * pack;
+  const int64_t h_kv = kv_head_of(h0, params.heads_q, params.heads_kv);
+  const int m_start = m_block * BLOCK_M;
+  const bool causal = params.causal;
+  // The tile's KV range is its queries' (CausalFlag's rule on query rows), split S ways; from the
+  // range's first key on, K, V and the mask count from that key.
+  const QueryRange queries = packed_tile_queries(m_start, BLOCK_M, n_rows, pack);
+  const int n_blocks_all = kv_tile_end(queries.first, queries.count, BLOCK_N, n_kv_all, causal, offset_all);
+  const int per_split = SPLIT ? (cdiv(n_kv_all, BLOCK_N) + splits - 1) / splits : n_blocks_all;
+  const int n_begin = split * per_split, key0 = n_begin * BLOCK_N;
+  const int n_kv = n_kv_all - key0;
+  const int64_t offset = offset_all - key0;
+  const int n_blocks = SPLIT ? max(0, min(n_blocks_all, n_begin + per_split) - n_begin) : n_blocks_all;
+  const int first_masked =
+      max(0, kv_tile_first_masked(queries.first, queries.count, BLOCK_N, n_kv_all, causal, offset_all) - n_begin);
+  const bf16* k_ptr = static_cast<const bf16*>(params.k) + b * params.k_stride.batch + h_kv * params.k_stride.head +
+                      int64_t(key0) * params.k_stride.seq;
+  const bf16* v_ptr = static_cast<const bf16*>(params.v) + b * params.v_stride.batch + h_kv * params.v_stride.head +
+                      int64_t(key0) * params.v_stride.seq;
+  const int row0 = m_start + warp * ROWS_PER_WARP;  // this warp's first packed row
+
+  auto k_tile_of = [&](int n_block) { return next_tile(kv_ring, 2 * (n_block % STAGES)); };
+  auto v_tile_of = [&](int n_block) { return next_tile(kv_ring, 2 * (n_block % STAGES) + 1); };
+  auto load_kv = [&](int n_block) {
+    const int n_start = n_block * BLOCK_N;
+    const int kv_rows = min(BLOCK_N, n_kv - n_start);
+    load_tile_async<NUM_THREADS>(k_tile_of(n_block), k_ptr + n_start * params.k_stride.seq, params.k_stride.seq,
+                                 kv_rows);
+    load_tile_async<NUM_THREADS>(v_tile_of(n_block), v_ptr + n_start * params.v_stride.seq, params.v_stride.seq,
+                                 kv_rows);
+  };
+
+  {
+    const PackedRows<const bf16> q_rows{
+        static_cast<const bf16*>(params.q) + b * params.q_stride.batch + h0 * params.q_stride.head,
+        params.q_stride.head, params.q_stride.seq, pack};
+    load_rows_async<NUM_THREADS>(
+        q_tile, [&](int row) { return q_rows(m_start + row); }, min(BLOCK_M, n_rows - m_start));
+  }
+  cp_async_commit();
+  for (int stage = 0; stage < STAGES - 1; ++stage) {
+    if (stage < n_blocks) load_kv(stage);
+    cp_async_commit();
+  }
+  cp_async_wait<STAGES - 1>();
+  __syncthreads();
+
+  Acc<HEAD_DIM> o_i[M_TILES];
+  Rows m_i[M_TILES];
+  Rows l_i[M_TILES];
+#pragma unroll
+  for (int t = 0; t < M_TILES; ++t) {
+    o_i[t] = zeros<HEAD_DIM>();
+    m_i[t] = rows(-INFINITY);
+    l_i[t] = rows(0.0f);
+  }
+
+  for (int n_block = 0; n_block < n_blocks; ++n_block) {
+    const int n_start = n_block * BLOCK_N;
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    if (n_block + STAGES - 1 < n_blocks) load_kv(n_block + STAGES - 1);
+    cp_async_commit();
+    const SmemTile<BLOCK_N, Layout> k_tile = k_tile_of(n_block), v_tile = v_tile_of(n_block);
+
+    Acc<BLOCK_N> s[M_TILES];
+    mma_qk_tiles(s, q_tile, warp * ROWS_PER_WARP, k_tile);
+    FragA<BLOCK_N> p[M_TILES];
+#pragma unroll
+    for (int t = 0; t < M_TILES; ++t) {
+      if (n_block >= first_masked)
+        apply_mask(s[t], row0 + kMmaRows * t, n_start, PackedCausalMask{n_kv, causal, offset, pack});
+      const Rows m_new = row_max(s[t], m_i[t]);
+      if (any_max_moved(m_i[t], m_new, scale_log2, Cfg::RESCALE_THRESHOLD)) {
+        const Rows alpha = rescale_factor(m_i[t], scale_log2, exp2_offset(m_new, scale_log2));
+        rescale(o_i[t], alpha);
+        l_i[t] = l_i[t] * alpha;
+        m_i[t] = m_new;
+      }
+      const Acc<BLOCK_N> p_t = exp2_rows(s[t], scale_log2, exp2_offset(m_i[t], scale_log2));
+      p[t] = to_bf16(p_t);
+      l_i[t] = l_i[t] + row_sum(p_t);
+    }
+    mma_pv_tiles(o_i, p, v_tile);
+  }
+
+  // ---- out: the group's rows, (B, H_q, N_q) rows from the group's first head at query 0.
+  const int64_t lse_row0 = (b * params.heads_q + h0) * int64_t(n_q);
+#pragma unroll
+  for (int t = 0; t < M_TILES; ++t) {
+    const int tile_row0 = warp * ROWS_PER_WARP + kMmaRows * t;
+    const Rows l = quad_sum(l_i[t]);
+    if constexpr (SPLIT) {
+      const int64_t part = split * split_rows + lse_row0;
+      const PackedOut<float> out{{o_part + part * HEAD_DIM, int64_t(n_q) * HEAD_DIM, HEAD_DIM, pack},
+                                 {lse_part + part, n_q, 1, pack},
+                                 m_start,
+                                 tile_row0,
+                                 n_rows - m_start};
+      PackedStore::store(out, o_i[t], m_i[t], l, scale_log2);
+    } else {
+      const PackedOut<bf16> out{{static_cast<bf16*>(params.o) + b * params.o_stride.batch + h0 * params.o_stride.head,
+                                 params.o_stride.head, params.o_stride.seq, pack},
+                                {params.lse != nullptr ? params.lse + lse_row0 : nullptr, n_q, 1, pack},
+                                m_start,
+                                tile_row0,
+                                n_rows - m_start};
+      PackedStore::store(out, o_i[t], m_i[t], l, scale_log2);
+    }
+  }
+}
+
+// The combine (step 27's): a row of one (batch, query head) per HEAD_DIM / 8 lanes, each lane one
+// 16-byte chunk; it writes O (bf16) and the LSE.
+constexpr int kCombineThreads = 256;
+template <int HEAD_DIM>
+constexpr int kCombineLanes = HEAD_DIM / 8;
+template <int HEAD_DIM>
+constexpr int kCombineRows = kCombineThreads / kCombineLanes<HEAD_DIM>;
+
+template <int HEAD_DIM>
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_kernel(const AttentionParams params, const int splits, const float* o_part, const float* lse_part) {
+  constexpr int LANES = kCombineLanes<HEAD_DIM>;
+  const int64_t bh = blockIdx.y + int64_t(blockIdx.z) * gridDim.y;
+  const int64_t i = int64_t(blockIdx.x) * kCombineRows<HEAD_DIM> + threadIdx.x / LANES;
+  if (bh >= params.batch * params.heads_q || i >= params.seqlen_q) return;
+  const int64_t b = bh / params.heads_q, h = bh % params.heads_q;
+  const int64_t rows = params.batch * params.heads_q * params.seqlen_q, row = bh * params.seqlen_q + i;
+  const int col = int(threadIdx.x % LANES) * 8;
+  const float lse = combined_lse(lse_part + row, splits, rows);
+  float acc[8] = {};
+  for (int s = 0; s < splits; ++s) {
+    const float w = split_weight(lse_part[s * rows + row], lse);
+    if (w == 0.0f) continue;
+    const float4* src = reinterpret_cast<const float4*>(o_part + (s * rows + row) * HEAD_DIM + col);
+    const float4 x = src[0], y = src[1];
+    acc[0] = fmaf(w, x.x, acc[0]), acc[1] = fmaf(w, x.y, acc[1]), acc[2] = fmaf(w, x.z, acc[2]);
+    acc[3] = fmaf(w, x.w, acc[3]), acc[4] = fmaf(w, y.x, acc[4]), acc[5] = fmaf(w, y.y, acc[5]);
+    acc[6] = fmaf(w, y.z, acc[6]), acc[7] = fmaf(w, y.w, acc[7]);
+  }
+  bf16* const o_row =
+      static_cast<bf16*>(params.o) + b * params.o_stride.batch + h * params.o_stride.head + i * params.o_stride.seq;
+  *reinterpret_cast<uint4*>(o_row + col) = uint4{ptx::pack_bf16x2(acc[0], acc[1]), ptx::pack_bf16x2(acc[2], acc[3]),
+                                                 ptx::pack_bf16x2(acc[4], acc[5]), ptx::pack_bf16x2(acc[6], acc[7])};
+  if (params.lse != nullptr && col == 0) params.lse[row] = lse;
+}
+
+// ---- the host side -----------------------------------------------------------------------------
+
+int pack_of(const AttentionParams& p) {
+  return int(p.heads_q / p.heads_kv);
+}
+
+// The split count for call p with this configuration: the call's, else (0, with a workspace) the
+// wave-fill heuristic's (library/split_kv.h) on the split kernel's resident blocks, cut to what the
+// workspace holds; 1 without a workspace.
+template <int HEAD_DIM, typename Cfg>
+Status choose_splits(const AttentionParams& p, int* splits) {
+  *splits = 1;
+  if (p.num_splits >= 1) {
+    *splits = p.num_splits;
+    return Status::Ok();
+  }
+  if (p.workspace == nullptr) return Status::Ok();
+  const void* kernel = reinterpret_cast<const void*>(decode_kernel<HEAD_DIM, Cfg, true>);
+  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
+  if (Status st = opt_in_shared_memory(kernel, smem); !st.ok()) return st;
+  int slots = 0;
+  if (Status st = resident_blocks(kernel, Cfg::NUM_THREADS, smem, &slots); !st.ok()) return st;
+  const int pack = pack_of(p);
+  int s = choose_kv_splits(cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * p.batch * (p.heads_q / pack),
+                           cdiv(p.seqlen_kv, Cfg::BLOCK_N), slots);
+  while (s > 1 && split_kv_workspace_bytes(p, s) > p.workspace_bytes) --s;
+  *splits = s;
+  return Status::Ok();
+}
+
+struct Launcher {
+  template <int HEAD_DIM, typename Cfg>
+  static Status launch(const AttentionParams& p, cudaStream_t stream) {
+    constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
+    int splits = 1;
+    if (Status st = choose_splits<HEAD_DIM, Cfg>(p, &splits); !st.ok()) return st;
+    const auto kernel = splits > 1 ? decode_kernel<HEAD_DIM, Cfg, true> : decode_kernel<HEAD_DIM, Cfg, false>;
+    if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
+    const SplitKvWorkspace ws = split_kv_workspace(p, splits);
+    char* const base = static_cast<char*>(p.workspace);
+    float* const o_part = splits > 1 ? reinterpret_cast<float*>(base + ws.o_partial) : nullptr;
+    float* const lse_part = splits > 1 ? reinterpret_cast<float*>(base + ws.lse_partial) : nullptr;
+    const int pack = pack_of(p);
+    const int64_t groups = p.batch * (p.heads_q / pack);
+    const dim3 grid(unsigned(cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * splits),
+                    unsigned(std::min<int64_t>(groups, 65535)), unsigned(cdiv(groups, 65535)));
+    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset(), splits, o_part, lse_part,
+                                                     int64_t(ws.rows), pack);
+    FA_LAUNCH_RETURN();
+    if (splits > 1) {
+      const int64_t bh = p.batch * p.heads_q;
+      const dim3 combine_grid(unsigned(cdiv(p.seqlen_q, kCombineRows<HEAD_DIM>)),
+                              unsigned(std::min<int64_t>(bh, 65535)), unsigned(cdiv(bh, 65535)));
+      combine_kernel<HEAD_DIM><<<combine_grid, kCombineThreads, 0, stream>>>(p, splits, o_part, lse_part);
+      FA_LAUNCH_RETURN();
+    }
+    return Status::Ok();
+  }
+};
+
+// Step 28's list, in its order of preference: 64-row tiles (one group's rows in every one).
+const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
+                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},     // 2 warps of 32 rows
+                                            At<64, Config<64, 64, 3, 1>>{},     // 4 warps of 16 rows
+                                            At<128, Config<64, 64, 3, 1>>{}));  // 4 warps of 16 rows
+
+}  // namespace
+
+bool accepts(const AttentionParams& p) {
+  if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0 || !head_dim_built(int(p.head_dim))) return false;
+  if (p.head_dim != 64 && p.head_dim != 128) return false;
+  const int64_t rows = p.seqlen_q * (p.heads_q / p.heads_kv);
+  if (rows > kMaxPackedRows) return false;
+  if (p.workspace != nullptr || p.num_splits > 1) return true;  // it can split: always the better kernel
+  // Without a workspace it cannot split: only where its packed grid alone fills the GPU (one block
+  // per SM), else the prefill kernel's G times more blocks read faster.
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return false;
+  return p.batch * p.heads_kv >= sms;
+}
+
+Status route(const AttentionParams& p, cudaStream_t stream, bool* taken) {
+  *taken = accepts(p);
+  if (*taken) return forward(p, stream);
+  if (p.num_splits > 1)
+    return Status::Unsupported("split-KV (num_splits = " + std::to_string(p.num_splits) +
+                               ") is for calls whose query rows times H_q / H_kv are at most " +
+                               std::to_string(kMaxPackedRows) + " (decode); this call has " +
+                               std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv)) + " and head dim " +
+                               std::to_string(p.head_dim));
+  return Status::Ok();
+}
+
+Status forward(const AttentionParams& p, cudaStream_t stream) {
+  return kTuner.run(p, stream);  // the calling kernel validated p
+}
+
+}  // namespace fa::kernels::decode

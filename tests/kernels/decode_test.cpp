@@ -1,0 +1,77 @@
+// The production forwards' decode path (kernels/fwd_decode.cu), run through kernel 100 or 101 as
+// a caller reaches it: calls of a few query rows per group with a workspace go to the GQA-packed
+// split-KV kernel. Against the reference with O, the LSE, their guards and the workspace poisoned
+// (tests/gpu/split_kv_check.h): every group size, both head dims and layouts, causal rows in both
+// alignments, rows that see no key, the kernel's own split count; and a split asked of a call the
+// decode kernel does not take is refused with nothing written.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/gpu/split_kv_check.h"
+
+namespace fa {
+namespace {
+
+using testing::expect_split_matches;
+using testing::split_shape;
+
+TEST(Decode, OneRowEveryGroupSize) {
+  FA_REQUIRE_GPU();
+  for (auto [h, hkv] : {std::pair{4, 4}, std::pair{6, 2}, std::pair{32, 8}, std::pair{32, 1}})
+    for (int64_t d : {64, 128})
+      for (int splits : {2, 5}) expect_split_matches(split_shape(2, h, hkv, 1, 1000, d), splits, splits);
+}
+
+TEST(Decode, SpeculativeRowsCausal) {
+  FA_REQUIRE_GPU();
+  // 5 rows of a group of 8 (40 packed rows), bottom-right; 16 rows of a group of 4 (64, the most
+  // one tile takes), top-left.
+  expect_split_matches(split_shape(2, 16, 2, 5, 777, 128, true), 4, 4);
+  expect_split_matches(split_shape(1, 8, 2, 16, 900, 64, true, CausalAlign::top_left), 3, 3);
+}
+
+TEST(Decode, RowsThatSeeNoKeyAreZero) {
+  FA_REQUIRE_GPU();
+  expect_split_matches(split_shape(1, 8, 2, 9, 5, 128, true), 2, 2);  // bottom-right, N_q > N_kv
+}
+
+TEST(Decode, BnhdLayout) {
+  FA_REQUIRE_GPU();
+  ProblemShape s = split_shape(3, 16, 4, 2, 2000, 128, true);
+  s.layout = Layout::bnhd;
+  expect_split_matches(s, 4, 4);
+}
+
+TEST(Decode, ChoosesItsSplitWithAWorkspace) {
+  FA_REQUIRE_GPU();
+  // 2 groups on a whole GPU: the kernel splits (the check asserts the workspace was written).
+  const std::vector<unsigned char> ws = expect_split_matches(split_shape(1, 8, 2, 1, 8192, 128), 0, kMaxKvSplits);
+  size_t written = 0;
+  for (unsigned char c : ws) written += c != 0xFF;
+  EXPECT_GT(written, 0u) << "num_splits = 0 with a workspace: the decode kernel did not split";
+}
+
+TEST(Decode, SplitOfACallItDoesNotTakeIsRefusedWithNothingWritten) {
+  FA_REQUIRE_GPU();
+  AttentionProblem prob(split_shape(1, 4, 2, 300, 513, 64, true));  // 600 packed rows: the prefill kernel's
+  AttentionParams p = prob.params();
+  const size_t bytes = split_kv_workspace_bytes(p, 2);
+  DeviceBuffer<unsigned char> ws(bytes);
+  p.num_splits = 2, p.workspace = ws.get(), p.workspace_bytes = bytes;
+  prob.poison_outputs();
+  const std::vector<float> before = prob.output_bhnd();
+  const Status st = testing::the_step().forward(p, nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("split-KV"), std::string::npos) << st.message();
+  const std::vector<float> after = prob.output_bhnd();
+  ASSERT_EQ(before.size(), after.size());
+  EXPECT_EQ(0, std::memcmp(before.data(), after.data(), before.size() * sizeof(float))) << "O was written";
+}
+
+}  // namespace
+}  // namespace fa
