@@ -11,6 +11,7 @@
 
 #include "fa/params.h"
 #include "fa/registry.h"
+#include "library/split_kv.h"
 
 namespace {
 
@@ -88,6 +89,11 @@ std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
   p.causal_align =
       c->causal_align == FA_CAUSAL_BOTTOM_RIGHT ? fa::CausalAlign::bottom_right : fa::CausalAlign::top_left;
   p.dtype = fa::DType::bf16;
+  if (c->reserved_flags != 0)
+    return "reserved_flags is " + std::to_string(c->reserved_flags) + "; it must be zero (zero-fill the struct)";
+  p.workspace = c->workspace;
+  p.workspace_bytes = c->workspace_bytes;
+  p.num_splits = c->num_splits;  // fa::validate judges it (negative, past 64, a short workspace)
   return "";
 }
 
@@ -168,6 +174,23 @@ int fa_backward_workspace_size(const fa_attention_params* p, size_t* bytes, char
         params.seqlen_q > (int64_t(1) << 40) || params.head_dim > 1024)
       return fail(err, err_len, FA_ERROR_INVALID, "B, H_q, N_q and D must be positive and of a real call's size");
     if (bytes) *bytes = fa::backward_workspace_bytes(params);
+    write_message(err, err_len, "");
+    return FA_OK;
+  } catch (const std::exception& e) {
+    return fail(err, err_len, FA_ERROR_RUNTIME, e.what());
+  }
+}
+
+int fa_forward_workspace_size(const fa_attention_params* p, size_t* bytes, char* err, size_t err_len) {
+  try {
+    fa::AttentionParams params;
+    if (std::string why = convert(p, params); !why.empty()) return fail(err, err_len, FA_ERROR_INVALID, why);
+    if (params.batch < 1 || params.heads_q < 1 || params.heads_kv < 1 || params.seqlen_q < 1 || params.seqlen_kv < 1 ||
+        params.head_dim < 1 || params.batch > (int64_t(1) << 31) || params.heads_q > (int64_t(1) << 31) ||
+        params.seqlen_q > (int64_t(1) << 40) || params.head_dim > 1024)
+      return fail(err, err_len, FA_ERROR_INVALID,
+                  "B, H_q, H_kv, N_q, N_kv and D must be positive and of a real call's size");
+    if (bytes) *bytes = fa::forward_workspace_bytes(params);
     write_message(err, err_len, "");
     return FA_OK;
   } catch (const std::exception& e) {

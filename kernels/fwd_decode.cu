@@ -61,8 +61,10 @@ struct Config {
   }
 };
 
-// The rows of a group that fit one tile of every configuration: accepts() takes no more.
-constexpr int kMaxPackedRows = 64;
+// The rows of a group that fit one tile of every configuration: accepts() takes no more
+// (library/split_kv.h, which sizes the workspace from it).
+constexpr int kMaxPackedRows = int(kDecodeMaxPackedRows);
+static_assert(kDecodeKvTile == 64, "every configuration's BLOCK_N: the workspace bound counts these tiles");
 
 // ---- the kernel --------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@
 // add blocks without shortening any.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "fa/params.h"  // kMaxKvSplits: S partial results per row cost S · D · 4 bytes of workspace
@@ -31,6 +32,22 @@ int choose_kv_splits(int64_t blocks, int64_t kv_tiles, int64_t slots, int max_sp
 /// empty when splits > kv_tiles: its block writes lse = −inf).
 inline int64_t kv_tiles_per_split(int64_t kv_tiles, int splits) {
   return (kv_tiles + splits - 1) / splits;
+}
+
+/// The production decode kernel (kernels/fwd_decode.cu) packs a KV head's query heads into one
+/// tile of this many rows: it takes calls with N_q · H_q / H_kv up to it, with keys in tiles of
+/// kDecodeKvTile.
+constexpr int64_t kDecodeMaxPackedRows = 64;
+constexpr int64_t kDecodeKvTile = 64;
+
+/// The split-KV workspace the library's choice may use on `p`: enough for any split count the
+/// decode kernel chooses (at most one range per KV tile, at most kMaxKvSplits), 0 for a call it
+/// does not take.
+inline size_t forward_workspace_bytes(const AttentionParams& p) {
+  if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0 || p.seqlen_q < 1 || p.seqlen_kv < 1) return 0;
+  if (p.seqlen_q * (p.heads_q / p.heads_kv) > kDecodeMaxPackedRows) return 0;
+  const int64_t tiles = (p.seqlen_kv + kDecodeKvTile - 1) / kDecodeKvTile;
+  return split_kv_workspace_bytes(p, int(tiles < kMaxKvSplits ? tiles : kMaxKvSplits));
 }
 
 }  // namespace fa

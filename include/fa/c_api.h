@@ -37,8 +37,10 @@ extern "C" {
 /// Version 2 added `fa_attention_params::reserved`. Version 3 puts `struct_size` first, so that the
 /// struct can grow at its end (a library refuses a struct with fields it does not know set), and
 /// adds `FA_STEP_AUTO`, the library's own choice of kernel. A version-2 struct given to a version-3
-/// library is refused: its first field, a pointer, is no struct size.
-#define FA_C_API_VERSION 3
+/// library is refused: its first field, a pointer, is no struct size. Version 4 turns three of
+/// `fa_attention_params::reserved` into the split-KV `workspace`, `workspace_bytes` and `num_splits`
+/// (zero: today's behaviour, the struct's size unchanged) and adds `fa_forward_workspace_size`.
+#define FA_C_API_VERSION 4
 
 /// @brief The step argument that asks the library to choose: the fastest kernel this GPU runs that
 /// accepts the call: the production kernels first (101 on Hopper, 100 on mma.sync), then the steps,
@@ -113,9 +115,19 @@ typedef struct fa_attention_params {
   int32_t causal_align;  ///< FA_CAUSAL_TOP_LEFT or FA_CAUSAL_BOTTOM_RIGHT
   int32_t dtype;         ///< FA_DTYPE_BF16
 
+  /// Split-KV (decode): device scratch memory for the partial results of calls whose keys the
+  /// library splits across blocks, at least `fa_forward_workspace_size(p)` bytes, 16-byte aligned;
+  /// NULL: no split (the call still runs, unsplit). Read and written by the call, nothing kept.
+  void* workspace;
+  size_t workspace_bytes;  ///< its size in bytes
+  /// 0: the library chooses how many ways to split (with a workspace); 1: no split; 2..64: that
+  /// many (a call the split kernel does not take is then refused).
+  int32_t num_splits;
+  int32_t reserved_flags;  ///< must be zero
+
   /// Must be zero (zero-fill the struct). A later version turns these into new fields, whose zero
   /// value keeps today's behaviour, so the struct's size and today's callers stay valid.
-  int64_t reserved[8];
+  int64_t reserved[5];
 } fa_attention_params;
 
 /// @brief `FA_C_API_VERSION` of the loaded library.
@@ -170,6 +182,14 @@ FA_CAPI_EXPORT int fa_step_describe(int step, const fa_attention_params* p, char
 /// @param err_len size of `err` in bytes
 /// @return 0 on success; FA_ERROR_INVALID, FA_ERROR_UNSUPPORTED or FA_ERROR_RUNTIME with a message.
 FA_CAPI_EXPORT int fa_forward(int step, const fa_attention_params* p, void* stream, char* err, size_t err_len);
+
+/// @brief The split-KV workspace the library's choice (FA_STEP_AUTO) may use on `p`: enough for any
+/// number of splits it chooses, 0 when it never splits `p` (more than 64 query rows per KV head,
+/// N_q·H_q/H_kv, or a head dim the decode kernel lacks). Launches nothing, allocates nothing.
+/// @param p the call, as for `fa_forward` (its workspace fields are ignored)
+/// @param[out] bytes the size (untouched on failure)
+/// @return 0, or FA_ERROR_INVALID for a malformed `p`.
+FA_CAPI_EXPORT int fa_forward_workspace_size(const fa_attention_params* p, size_t* bytes, char* err, size_t err_len);
 
 /// @brief The step `fa_forward(FA_STEP_AUTO, p, ...)` runs on the current GPU: the fastest one that
 /// accepts `p` (validation includes the GPU check). Launches nothing.

@@ -20,7 +20,7 @@ OK, ERROR_INVALID, ERROR_UNSUPPORTED, ERROR_RUNTIME = 0, 1, 2, 3
 CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1
 DTYPE_BF16 = 0
 STEP_AUTO = -1  # FA_STEP_AUTO: the library chooses the kernel
-API_VERSION = 3  # FA_C_API_VERSION this module was written against
+API_VERSION = 4  # FA_C_API_VERSION this module was written against
 
 LIBRARY_NAME = "libfa2_capi.so"
 ENV_LIBRARY = "FA_COURSE_LIB"  # a path to libfa2_capi.so that overrides the packaged one
@@ -62,7 +62,9 @@ class Params(ctypes.Structure):
         ("strides", (ctypes.c_int64 * 4) * 4),
         ("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int32), ("causal_align", ctypes.c_int32),
         ("dtype", ctypes.c_int32),
-        ("reserved", ctypes.c_int64 * 8),
+        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
+        ("num_splits", ctypes.c_int32), ("reserved_flags", ctypes.c_int32),
+        ("reserved", ctypes.c_int64 * 5),
     ]
 
 
@@ -130,6 +132,8 @@ def lib() -> ctypes.CDLL:
                                       ctypes.c_size_t]
     handle.fa_backward_workspace_size.argtypes = [ctypes.POINTER(Params), ctypes.POINTER(ctypes.c_size_t),
                                                   ctypes.c_char_p, ctypes.c_size_t]
+    handle.fa_forward_workspace_size.argtypes = [ctypes.POINTER(Params), ctypes.POINTER(ctypes.c_size_t),
+                                                 ctypes.c_char_p, ctypes.c_size_t]
     handle.fa_step_has_backward.argtypes = [ctypes.c_int]
     handle.fa_backward_params_size.restype = ctypes.c_size_t
     handle.fa_backward.argtypes = [ctypes.c_int, ctypes.POINTER(BackwardParams), ctypes.c_void_p, ctypes.c_char_p,
@@ -166,7 +170,8 @@ def steps() -> list:
 # through ctypes' field setters costs several microseconds a call. Checked against the fields below.
 _PACK = struct.Struct("=6Q6q16qf3i")
 assert all(getattr(Params, f).offset == o for f, o in (("q", 8), ("batch", 48), ("strides", 96),
-                                                        ("softmax_scale", 224), ("dtype", 236), ("reserved", 240)))
+                                                        ("softmax_scale", 224), ("dtype", 236), ("workspace", 240),
+                                                        ("num_splits", 256), ("reserved", 264)))
 
 
 def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q: int, heads_kv: int,
@@ -226,6 +231,17 @@ def backward_workspace_size(p: Params) -> int:
     err = ctypes.create_string_buffer(_ERR_LEN)
     size = ctypes.c_size_t(0)
     code = lib().fa_backward_workspace_size(ctypes.byref(p), ctypes.byref(size), err, _ERR_LEN)
+    if code != OK:
+        raise error_for(code, err.value.decode(errors="replace"))
+    return size.value
+
+
+def forward_workspace_size(p: Params) -> int:
+    """Bytes of device scratch memory the library's choice may use on `p` to split its keys (decode:
+    at most 64 query rows per KV head, N_q·H_q/H_kv); 0 when it never splits `p`."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    size = ctypes.c_size_t(0)
+    code = lib().fa_forward_workspace_size(ctypes.byref(p), ctypes.byref(size), err, _ERR_LEN)
     if code != OK:
         raise error_for(code, err.value.decode(errors="replace"))
     return size.value

@@ -67,6 +67,12 @@ def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
     """The op's body, on q's device (the caller made it current). step < 0: the library's choice
     (FA_STEP_AUTO: the fastest kernel this GPU runs that accepts the call, chosen in C)."""
     o, lse, p = _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse)
+    workspace = None
+    if step < 0:  # the library's choice splits a decode call's keys: its workspace from PyTorch's allocator
+        bytes_ = _capi.forward_workspace_size(p)
+        if bytes_:
+            workspace = torch.empty(bytes_, dtype=torch.uint8, device=q.device)
+            p.workspace, p.workspace_bytes = workspace.data_ptr(), bytes_
     _capi.forward(step if step >= 0 else _capi.STEP_AUTO, p, _stream(q.device.index))
     return o, lse
 

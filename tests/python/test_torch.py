@@ -186,6 +186,40 @@ def test_cuda_graph_replay():
         close(out, reference(q, k, v))
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 8192, 32, 8, 128), (3, 1, 1000, 6, 2, 64), (2, 5, 777, 16, 2, 128)],
+                         ids=lambda s: "B{}_Nq{}_Nkv{}_H{}_Hkv{}_D{}".format(*s))
+def test_decode_calls_split_in_a_workspace_from_pytorch(shape):
+    """A decode call (a few query rows per KV head) through the library's choice: the package gives
+    the decode kernel a workspace from PyTorch's allocator, it splits the keys, and O and the LSE are
+    the fp64 reference's; bottom-right causal for the speculative rows."""
+    b, n_q, n_kv, h_q, h_kv, d = shape
+    q, k, v = inputs(b, n_q, n_kv, h_q, h_kv, d, seed=11)
+    from fa_course import _capi, ops
+    p = ops._params(q, k, v, torch.empty_like(q), None, n_q > 1, True, 0.0)
+    assert _capi.forward_workspace_size(p) > 0, "a decode call should get a split workspace"
+    o, lse = fa_course.attention(q, k, v, causal=n_q > 1, causal_align="bottom_right", return_lse=True)
+    ref_o, ref_lse = reference(q, k, v, causal=n_q > 1, bottom_right=True, lse=True)
+    close(o, ref_o)
+    torch.testing.assert_close(lse.double(), ref_lse.double(), atol=1e-3, rtol=1e-3)
+
+
+def test_cuda_graph_replays_a_decode_step():
+    """Serving engines replay decode as a CUDA graph: the split workspace comes from the graph's
+    pool, and a replay on new inputs is right."""
+    q, k, v = inputs(2, 1, 4096, 32, 8, 128, seed=21)
+    fa_course.attention(q, k, v)  # warm-up: chosen and tuned outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fa_course.attention(q, k, v)
+    for seed in (22, 23):
+        for t, n in zip((q, k, v), inputs(2, 1, 4096, 32, 8, 128, seed=seed)):
+            t.copy_(n)
+        graph.replay()
+        torch.cuda.synchronize()
+        close(out, reference(q, k, v))
+
+
 def test_bad_inputs_raise_with_the_librarys_message():
     q, k, v = inputs(1, 64, 64, 4, 4, 64)
     with pytest.raises(ValueError, match="bfloat16"):

@@ -128,7 +128,7 @@ TEST(CApi, UnknownEnumsAreInvalid) {
 TEST(CApi, NonZeroReservedFieldsAreInvalid) {
   char err[256] = {};
   const size_t n = sizeof(fa_attention_params::reserved) / sizeof(int64_t);
-  EXPECT_GE(n, 8u);
+  EXPECT_GE(n, 5u);
   for (size_t i : {size_t(0), n - 1}) {
     fa_attention_params p = valid_params();
     p.reserved[i] = 1;
@@ -137,6 +137,10 @@ TEST(CApi, NonZeroReservedFieldsAreInvalid) {
     EXPECT_EQ(fa_forward(first_step_number(), &p, nullptr, err, sizeof err), FA_ERROR_INVALID);
     EXPECT_NE(std::string(err).find("must be zero"), std::string::npos) << err;
   }
+  fa_attention_params p = valid_params();
+  p.reserved_flags = 1;
+  EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("reserved_flags is 1"), std::string::npos) << err;
 }
 
 TEST(CApi, UnsupportedHeadDimIsRefusedWithWhatIsSupported) {
@@ -276,7 +280,7 @@ TEST(CApi, EveryStepRefusesAnOutputWhoseRowsOverlap) {
 // Version 3's struct_size: unset or smaller (a caller built against another layout) is invalid; a
 // larger struct (a later version's) is taken when the fields this library does not know are zero.
 TEST(CApi, StructSizeComesFirstAndGuardsTheLayout) {
-  EXPECT_EQ(FA_C_API_VERSION, 3);
+  EXPECT_EQ(FA_C_API_VERSION, 4);
   EXPECT_EQ(offsetof(fa_attention_params, struct_size), 0u);
   char err[256] = {};
   fa_attention_params p = valid_params();
@@ -378,6 +382,34 @@ TEST(CApiBackward, WorkspaceSizeIsTheLibrarys) {
   fa_attention_params bad = valid_params();
   bad.seqlen_q = 0;
   EXPECT_EQ(fa_backward_workspace_size(&bad, &bytes, err, sizeof err), FA_ERROR_INVALID);
+}
+
+// The split-KV workspace: for a decode call (at most 64 query rows per KV head), enough for one
+// range per 64-key tile up to 64 ranges; nothing for a call the decode kernel does not take. The
+// split fields pass through to validation: a split on a step without split-KV, or with too short a
+// workspace, is refused.
+TEST(CApi, ForwardWorkspaceSizeIsTheDecodeKernels) {
+  char err[256] = "stale";
+  fa_attention_params p = valid_params(128);
+  p.heads_q = 32, p.heads_kv = 8, p.seqlen_q = 1, p.seqlen_kv = 1000;  // 4 packed rows, 16 key tiles
+  size_t bytes = 1;
+  ASSERT_EQ(fa_forward_workspace_size(&p, &bytes, err, sizeof err), FA_OK) << err;
+  EXPECT_STREQ(err, "");
+  const size_t rows = 2 * 32 * 1, o_bytes = 16 * rows * 128 * 4, round = 256;
+  EXPECT_GE(bytes, o_bytes + 16 * rows * 4);              // 16 ranges' partial O and LSE
+  EXPECT_LE(bytes, o_bytes + 16 * rows * 4 + 2 * round);  // ... each part rounded up
+  p.seqlen_q = 17;                                        // 68 packed rows: not a decode call
+  ASSERT_EQ(fa_forward_workspace_size(&p, &bytes, err, sizeof err), FA_OK) << err;
+  EXPECT_EQ(bytes, 0u);
+  EXPECT_EQ(fa_forward_workspace_size(nullptr, &bytes, err, sizeof err), FA_ERROR_INVALID);
+
+  fa_attention_params s = valid_params();
+  s.num_splits = 2;  // step 00 does not split: it refuses the input
+  EXPECT_EQ(fa_validate(first_step_number(), &s, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("does not split the keys"), std::string::npos) << err;
+  s.num_splits = 65;
+  EXPECT_EQ(fa_validate(first_step_number(), &s, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("num_splits must be"), std::string::npos) << err;
 }
 
 TEST(CApiBackward, WhichStepsHaveABackward) {
