@@ -296,6 +296,12 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
       return fail("the workspace overlaps q, k, v, o or lse: it must be a separate buffer");
   }
 
+  // Ragged KV caches: the step's support, and an int32 array's alignment (its values are the
+  // kernel's to clamp: reading them here would need a synchronisation).
+  if (p.seqlens_kv && !caps.seqlens_kv)
+    return fail("this step gives every sequence seqlen_kv keys: seqlens_kv must be null (ragged caches are Part V's)");
+  if (p.seqlens_kv && !aligned(p.seqlens_kv, 4)) return fail("seqlens_kv must be 4-byte aligned (int32)");
+
   // Launch limits of the step's kernels, here rather than in its launcher, so that fa_validate
   // accepts exactly what forward accepts.
   return check_launch_limits(p, caps);

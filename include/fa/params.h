@@ -91,6 +91,11 @@ struct AttentionParams {
   /// bytes for the S used, 16-byte aligned. The forward allocates nothing.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;  ///< the workspace's size in bytes
+  /// Ragged KV caches (Part V): B int32 lengths in device memory; sequence b attends to its first
+  /// seqlens_kv[b] keys (clamped to [0, seqlen_kv]), and bottom-right alignment is to that length.
+  /// seqlen_kv is then the caches' capacity. nullptr: every sequence has seqlen_kv keys. Only steps
+  /// whose Capabilities::seqlens_kv is set accept it.
+  const int32_t* seqlens_kv = nullptr;
 
   /// @brief The scale actually used: `softmax_scale`, or 1/sqrt(D) when it is zero.
   float effective_scale() const {

@@ -45,6 +45,8 @@ struct Capabilities {
   /// Splits the keys across blocks when asked (AttentionParams::num_splits > 1, or 0 with a
   /// workspace): Part V's split-KV forward.
   bool split_kv = false;
+  /// Takes a length per sequence (AttentionParams::seqlens_kv): Part V's ragged KV caches.
+  bool seqlens_kv = false;
 };
 
 /// @brief Signature of every step's forward function. Runs asynchronously on `stream`.

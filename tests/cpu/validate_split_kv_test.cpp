@@ -1,5 +1,5 @@
 // The forward's split-KV rules (library/validate.cpp) on stand-in pointers, no GPU: the split
-// count, which steps accept a split, and the workspace a split needs. Each refusal names what is
+// count, which steps accept a split, the workspace a split needs, and ragged cache lengths. Each refusal names what is
 // wrong.
 #include <gtest/gtest.h>
 
@@ -102,6 +102,20 @@ TEST(ValidateSplitKv, RefusesAMisalignedOrOverlappingWorkspace) {
   expect_refused(p, true, "workspace overlaps");
   p.workspace = p.lse;
   expect_refused(p, true, "workspace overlaps");
+}
+
+// Ragged caches: only a step that reads a length per sequence takes seqlens_kv, an int32 array.
+TEST(ValidateSplitKv, RaggedCacheLengthsOnlyWhereTheStepReadsThem) {
+  AttentionParams p = decode();
+  p.seqlens_kv = static_cast<const int32_t*>(stand_in(7));
+  expect_refused(p, true, "seqlens_kv must be null");
+  Capabilities c = caps(true);
+  c.seqlens_kv = true;
+  EXPECT_TRUE(validate(p, c).ok()) << validate(p, c).message();
+  p.seqlens_kv = reinterpret_cast<const int32_t*>(static_cast<const char*>(stand_in(7)) + 2);
+  const Status st = validate(p, c);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("4-byte aligned"), std::string::npos) << st.message();
 }
 
 }  // namespace
