@@ -94,6 +94,7 @@ std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
   p.workspace = c->workspace;
   p.workspace_bytes = c->workspace_bytes;
   p.num_splits = c->num_splits;  // fa::validate judges it (negative, past 64, a short workspace)
+  p.seqlens_kv = c->seqlens_kv;
   return "";
 }
 

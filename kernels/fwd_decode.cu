@@ -4,7 +4,8 @@
 // Not a lesson: the steps never include it. Both production forwards (kernels 100 and 101) hand it
 // the calls it is for (accepts()): a group's rows fit one tile, N_q·G <= 128 (decode, speculative
 // decoding, a short chunk of prefill), and either the caller gave a workspace, so the keys can be
-// split, or the packed grid fills the GPU without splitting. On an H200 it reads the KV cache at the
+// split, or a length per sequence (step 29's ragged caches, which only this kernel reads), or the
+// packed grid fills the GPU without splitting. On an H200 it reads the KV cache at the
 // memory's rate, 3× what the Hopper forward's 128-row tiles reach on one real row.
 //
 // What step 28 hard-wired is the production layer's here: the epilogue (PackedStore, bf16 O or the
@@ -72,8 +73,8 @@ static_assert(kDecodeKvTile == 64, "every configuration's BLOCK_N: the workspace
 // goes to the workspace as fp32 partials (splits > 1); without, O and the LSE directly.
 template <int HEAD_DIM, typename Cfg, bool SPLIT>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS)
-    decode_kernel(const AttentionParams params, const float scale_log2, const int64_t offset_all, const int splits,
-                  float* o_part, float* lse_part, const int64_t split_rows, const int pack) {
+    decode_kernel(const AttentionParams params, const float scale_log2, const int splits, float* o_part,
+                  float* lse_part, const int64_t split_rows, const int pack) {
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
   constexpr int STAGES = Cfg::STAGES, M_TILES = Cfg::M_TILES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
   using Layout = SwizzledLayout<HEAD_DIM>;
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const SmemTile<BLOCK_N, Layout> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
 
   const int warp = int(threadIdx.x) / kWarpSize;
-  const int n_q = int(params.seqlen_q), n_kv_all = int(params.seqlen_kv);
+  const int n_q = int(params.seqlen_q);
   const int n_rows = n_q * pack;  // the group's packed rows (accepts(): at most kMaxPackedRows)
 
   const int m_tiles = SPLIT ? int(gridDim.x) / splits : int(gridDim.x);
@@ -93,6 +94,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   if (bh >= params.batch * groups) return;
   const int64_t b = bh / groups, h0 = (bh % groups) * pack;
   const int64_t h_kv = kv_head_of(h0, params.heads_q, params.heads_kv);
+  // The sequence's keys (step 29): its own length when the call gives one per sequence, clamped to
+  // the caches' capacity N_kv, and the causal diagonal aligned to it.
+  const int n_kv_all =
+      params.seqlens_kv ? min(max(params.seqlens_kv[b], 0), int(params.seqlen_kv)) : int(params.seqlen_kv);
+  const int64_t offset_all = params.causal_align == CausalAlign::bottom_right ? int64_t(n_kv_all) - n_q : 0;
   const int m_start = m_block * BLOCK_M;
   const bool causal = params.causal;
   // The tile's KV range is its queries' (CausalFlag's rule on query rows), split S ways; from the
@@ -285,8 +291,8 @@ struct Launcher {
     const int64_t groups = p.batch * (p.heads_q / pack);
     const dim3 grid(unsigned(cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * splits),
                     unsigned(std::min<int64_t>(groups, 65535)), unsigned(cdiv(groups, 65535)));
-    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset(), splits, o_part, lse_part,
-                                                     int64_t(ws.rows), pack);
+    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), splits, o_part, lse_part, int64_t(ws.rows),
+                                                     pack);
     FA_LAUNCH_RETURN();
     if (splits > 1) {
       const int64_t bh = p.batch * p.heads_q;
@@ -313,6 +319,7 @@ bool accepts(const AttentionParams& p) {
   const int64_t rows = p.seqlen_q * (p.heads_q / p.heads_kv);
   if (rows > kMaxPackedRows) return false;
   if (p.workspace != nullptr || p.num_splits > 1) return true;  // it can split: always the better kernel
+  if (p.seqlens_kv != nullptr) return true;                     // a length per sequence: only it reads them
   // Without a workspace it cannot split: only where its packed grid alone fills the GPU (one block
   // per SM), else the prefill kernel's G times more blocks read faster.
   int device = 0, sms = 0;
@@ -325,6 +332,12 @@ bool accepts(const AttentionParams& p) {
 Status route(const AttentionParams& p, cudaStream_t stream, bool* taken) {
   *taken = accepts(p);
   if (*taken) return forward(p, stream);
+  if (p.seqlens_kv != nullptr)
+    return Status::Unsupported(
+        "a length per sequence (seqlens_kv) is for calls whose query rows times H_q / H_kv are "
+        "at most " +
+        std::to_string(kMaxPackedRows) + " (decode); this call has " +
+        std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv)) + " and head dim " + std::to_string(p.head_dim));
   if (p.num_splits > 1)
     return Status::Unsupported("split-KV (num_splits = " + std::to_string(p.num_splits) +
                                ") is for calls whose query rows times H_q / H_kv are at most " +

@@ -328,6 +328,7 @@ const Capabilities kCaps = [] {
   c.work_tile_rows = kTuner.min_block_m();  // counted in the smallest tiles any configuration takes
   c.deterministic_backward = true;          // its backward: the Hopper one (kernels/bwd_hopper.cu)
   c.split_kv = true;                        // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
+  c.seqlens_kv = true;                      // ... and reads a length per sequence
   return c;
 }();
 

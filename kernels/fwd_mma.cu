@@ -209,7 +209,8 @@ const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
 const Capabilities kCaps = [] {
   Capabilities c = forward_caps({64, 128});  // step 10's: nothing beyond the common ones,
   c.deterministic_backward = true;           // and the production backward's deterministic mode
-  c.split_kv = true;  // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
+  c.split_kv = true;    // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
+  c.seqlens_kv = true;  // ... and reads a length per sequence (kernels/fwd_decode.cu)
   return c;
 }();
 

@@ -17,13 +17,14 @@ constexpr int kProductionDecode = 102;
 
 namespace decode {
 /// Whether the decode kernel takes call p: head dim 64 or 128, N_q·(H_q / H_kv) <= 64 (a group's
-/// rows fit one tile), and either a workspace (it can split the keys) or B·H_kv blocks that fill the
-/// GPU without splitting.
+/// rows fit one tile), and either a workspace (it can split the keys), a length per sequence
+/// (seqlens_kv, which only it reads) or B·H_kv blocks that fill the GPU without splitting.
 bool accepts(const AttentionParams& p);
 /// GQA-packed split-KV attention (validated params; the split from num_splits and the workspace).
 Status forward(const AttentionParams& p, cudaStream_t stream);
 /// What kernels 100 and 101 do first: the decode kernel runs the calls it takes (*taken = true);
-/// a split asked of a call it does not take is refused; anything else is the caller's.
+/// a split or lengths per sequence asked of a call it does not take are refused; anything else is
+/// the caller's.
 Status route(const AttentionParams& p, cudaStream_t stream, bool* taken);
 }  // namespace decode
 

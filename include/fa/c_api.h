@@ -124,10 +124,15 @@ typedef struct fa_attention_params {
   /// many (a call the split kernel does not take is then refused).
   int32_t num_splits;
   int32_t reserved_flags;  ///< must be zero
+  /// Ragged KV caches: B int32 lengths in device memory (flash-attn's cache_seqlens); sequence b
+  /// attends to its first seqlens_kv[b] keys (clamped to [0, seqlen_kv], the capacity), causal
+  /// bottom-right alignment to that length. NULL: every sequence has seqlen_kv keys. Decode calls
+  /// only (at most 64 query rows per KV head); other calls with it are refused.
+  const int32_t* seqlens_kv;
 
   /// Must be zero (zero-fill the struct). A later version turns these into new fields, whose zero
   /// value keeps today's behaviour, so the struct's size and today's callers stay valid.
-  int64_t reserved[5];
+  int64_t reserved[4];
 } fa_attention_params;
 
 /// @brief `FA_C_API_VERSION` of the loaded library.

@@ -64,7 +64,8 @@ class Params(ctypes.Structure):
         ("dtype", ctypes.c_int32),
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
         ("num_splits", ctypes.c_int32), ("reserved_flags", ctypes.c_int32),
-        ("reserved", ctypes.c_int64 * 5),
+        ("seqlens_kv", ctypes.c_void_p),
+        ("reserved", ctypes.c_int64 * 4),
     ]
 
 
@@ -171,7 +172,7 @@ def steps() -> list:
 _PACK = struct.Struct("=6Q6q16qf3i")
 assert all(getattr(Params, f).offset == o for f, o in (("q", 8), ("batch", 48), ("strides", 96),
                                                         ("softmax_scale", 224), ("dtype", 236), ("workspace", 240),
-                                                        ("num_splits", 256), ("reserved", 264)))
+                                                        ("num_splits", 256), ("seqlens_kv", 264), ("reserved", 272)))
 
 
 def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q: int, heads_kv: int,

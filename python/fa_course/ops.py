@@ -326,8 +326,8 @@ def describe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
         return f"step {s}: {_capi.describe(s, p)}"
 
 
-def _unsupported(what: str) -> NotImplementedError:
-    return NotImplementedError(f"fa_course.flash_attn_func: {what} is not supported yet (the course's later parts "
+def _unsupported(what: str, fn: str = "flash_attn_func") -> NotImplementedError:
+    return NotImplementedError(f"fa_course.{fn}: {what} is not supported yet (the course's later parts "
                                "add it); the call was refused rather than computed without it")
 
 
@@ -357,3 +357,82 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
         raise _unsupported("return_attn_probs (the probabilities are never stored; return_lse=True gives the LSE)")
     return attention(q, k, v, causal=causal, causal_align="bottom_right", softmax_scale=softmax_scale,
                      return_lse=return_lse, deterministic=deterministic)
+
+
+def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None, rotary_cos=None,
+                            rotary_sin=None, cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,
+                            block_table=None, softmax_scale: Optional[float] = None, causal: bool = False,
+                            window_size=(-1, -1), softcap: float = 0.0, rotary_interleaved: bool = True,
+                            alibi_slopes=None, num_splits: int = 0, return_softmax_lse: bool = False):
+    """flash-attn's `flash_attn_with_kvcache`, same names, order and layout, for decoding: q (B, N_q,
+    H_q, D); k_cache and v_cache (B, capacity, H_kv, D), sequence b's first cache_seqlens[b] rows in
+    use (an int: every sequence; None: the whole capacity). With k and v (B, N_new, H_kv, D) the new
+    tokens are first written into the caches at rows cache_seqlens[b] .. + N_new (in place), and
+    attention sees them too. `causal` is aligned bottom-right to each sequence's length. Inference
+    only (no gradient), bf16, on the library's decode kernel: at most 64 query rows per KV head
+    (N_q·H_q/H_kv), head dim 64 or 128; its split workspace comes from PyTorch's allocator
+    (num_splits: 0 lets the library choose). Returns out, or (out, softmax_lse) with
+    return_softmax_lse=True (fp32, (B, H_q, N_q)).
+
+    Refused with NotImplementedError: rotary embeddings, cache_batch_idx, cache_leftpad, block_table
+    (a paged cache), window_size, softcap, alibi_slopes. The append is PyTorch indexing before the
+    kernel, not fused into it; outside a CUDA graph it refuses (writing nothing) a sequence whose new
+    tokens would pass the capacity, inside one that is the caller's to avoid, as in flash-attn."""
+    fn = "flash_attn_with_kvcache"
+    for name, given in (("rotary embeddings (rotary_cos, rotary_sin)", rotary_cos is not None or rotary_sin is not None),
+                        ("cache_batch_idx", cache_batch_idx is not None), ("cache_leftpad", cache_leftpad is not None),
+                        ("a paged KV cache (block_table)", block_table is not None),
+                        (f"a sliding window (window_size={tuple(window_size)})", tuple(window_size) != (-1, -1)),
+                        (f"logit softcapping (softcap={softcap})", bool(softcap)),
+                        ("ALiBi (alibi_slopes)", alibi_slopes is not None)):
+        if given:
+            raise _unsupported(name, fn)
+    _check(q, k_cache, v_cache)
+    b, capacity = k_cache.shape[0], k_cache.shape[1]
+    if (k is None) != (v is None):
+        raise ValueError(f"fa_course.{fn}: give both k and v (the new tokens), or neither")
+    if cache_seqlens is None:
+        seqlens = torch.full((b,), capacity, dtype=torch.int32, device=q.device)
+    elif isinstance(cache_seqlens, int):
+        seqlens = torch.full((b,), cache_seqlens, dtype=torch.int32, device=q.device)
+    else:
+        if cache_seqlens.shape != (b,) or cache_seqlens.device != q.device:
+            raise ValueError(f"fa_course.{fn}: cache_seqlens must be a ({b},) tensor on {q.device}, got "
+                             f"{tuple(cache_seqlens.shape)} on {cache_seqlens.device}")
+        seqlens = cache_seqlens.to(torch.int32)
+    if k is not None:
+        for name, t in (("k", k), ("v", v)):
+            if t.dim() != 4 or t.shape[0] != b or t.shape[2:] != k_cache.shape[2:] or t.dtype != k_cache.dtype:
+                raise ValueError(f"fa_course.{fn}: {name} must be (B, N_new, H_kv, D) = ({b}, N_new, "
+                                 f"{k_cache.shape[2]}, {k_cache.shape[3]}) in {k_cache.dtype}, got "
+                                 f"{tuple(t.shape)} {t.dtype}")
+        n_new = k.shape[1]
+        if not torch.cuda.is_current_stream_capturing():
+            if bool((seqlens < 0).any()) or bool((seqlens.long() + n_new > capacity).any()):
+                raise ValueError(f"fa_course.{fn}: appending {n_new} tokens needs 0 <= cache_seqlens and "
+                                 f"cache_seqlens + {n_new} <= the caches' capacity ({capacity}); got "
+                                 f"{seqlens.tolist()}; nothing was written")
+        rows = seqlens.long()[:, None] + torch.arange(n_new, device=q.device)  # (B, N_new)
+        batch = torch.arange(b, device=q.device)[:, None].expand_as(rows)
+        k_cache[batch, rows] = k
+        v_cache[batch, rows] = v
+        seqlens = seqlens + n_new
+    seqlens = seqlens.contiguous()
+    b_, n_q, h_q, d = q.shape
+    o = torch.empty((b_, n_q, h_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b_, h_q, n_q), dtype=torch.float32, device=q.device) if return_softmax_lse else None
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    if softmax_scale is not None and abs(scale) <= _FP32_ROUNDS_TO_ZERO:  # 0 would mean 1/sqrt(D) in C
+        raise ValueError(f"fa_course.{fn}: softmax_scale {softmax_scale} rounds to 0 in fp32")
+    p = _params(q, k_cache, v_cache, o, lse, bool(causal), True, scale)
+    p.seqlens_kv = seqlens.data_ptr()
+    p.num_splits = int(num_splits)
+    workspace = None
+    nbytes = _capi.forward_workspace_size(p)
+    if nbytes and num_splits != 1:
+        workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+        p.workspace, p.workspace_bytes = workspace.data_ptr(), nbytes
+    with torch.cuda.device(q.device):
+        _capi.forward(_capi.STEP_AUTO, p, _stream(q.device.index))
+    return (o, lse) if return_softmax_lse else o

@@ -2,8 +2,9 @@
 // a caller reaches it: calls of a few query rows per group with a workspace go to the GQA-packed
 // split-KV kernel. Against the reference with O, the LSE, their guards and the workspace poisoned
 // (tests/gpu/split_kv_check.h): every group size, both head dims and layouts, causal rows in both
-// alignments, rows that see no key, the kernel's own split count; and a split asked of a call the
-// decode kernel does not take is refused with nothing written.
+// alignments, rows that see no key, the kernel's own split count; and a split, or lengths per
+// sequence, asked of a call the decode kernel does not take are refused with nothing written. Step
+// 29's ragged-cache tests run through both kernels too.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -70,6 +71,23 @@ TEST(Decode, SplitOfACallItDoesNotTakeIsRefusedWithNothingWritten) {
   EXPECT_NE(st.message().find("split-KV"), std::string::npos) << st.message();
   const std::vector<float> after = prob.output_bhnd();
   ASSERT_EQ(before.size(), after.size());
+  EXPECT_EQ(0, std::memcmp(before.data(), after.data(), before.size() * sizeof(float))) << "O was written";
+}
+
+TEST(Decode, LengthsPerSequenceOfACallItDoesNotTakeAreRefused) {
+  FA_REQUIRE_GPU();
+  AttentionProblem prob(split_shape(2, 4, 2, 300, 513, 64, true));  // 600 packed rows
+  AttentionParams p = prob.params();
+  DeviceBuffer<int32_t> lengths(2);
+  lengths.upload({100, 513});
+  p.seqlens_kv = lengths.get();
+  prob.poison_outputs();
+  const std::vector<float> before = prob.output_bhnd();
+  const Status st = testing::the_step().forward(p, nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("seqlens_kv"), std::string::npos) << st.message();
+  const std::vector<float> after = prob.output_bhnd();
   EXPECT_EQ(0, std::memcmp(before.data(), after.data(), before.size() * sizeof(float))) << "O was written";
 }
 

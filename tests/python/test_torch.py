@@ -220,6 +220,46 @@ def test_cuda_graph_replays_a_decode_step():
         close(out, reference(q, k, v))
 
 
+@pytest.mark.parametrize("n_new,causal", [(1, False), (3, True)])
+def test_flash_attn_with_kvcache_appends_and_attends_to_each_length(n_new, causal):
+    """flash-attn's decode call: each sequence's new tokens written at its length, then attention over
+    its own keys only (rows past each length are NaN in the cache, so reading one shows), causal
+    bottom-right to each length; the cache rows past the new tokens untouched."""
+    b, cap, h_q, h_kv, d = 3, 600, 8, 2, 128
+    g = torch.Generator(device=DEV).manual_seed(31)
+    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
+    k_cache, v_cache = rnd(b, cap, h_kv, d), rnd(b, cap, h_kv, d)
+    lengths = [10, 500, 0]
+    for i, n in enumerate(lengths):
+        k_cache[i, n:] = float("nan")
+        v_cache[i, n:] = float("nan")
+    q, k, v = rnd(b, n_new, h_q, d), rnd(b, n_new, h_kv, d), rnd(b, n_new, h_kv, d)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    out, lse = fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens, causal=causal,
+                                                 return_softmax_lse=True)
+    for i, n in enumerate(lengths):
+        torch.testing.assert_close(k_cache[i, n:n + n_new], k[i])
+        torch.testing.assert_close(v_cache[i, n:n + n_new], v[i])
+        assert torch.isnan(k_cache[i, n + n_new:].float()).all(), "a row past the new tokens was written"
+        keys, vals = k_cache[i:i + 1, :n + n_new], v_cache[i:i + 1, :n + n_new]
+        ref_o, ref_lse = reference(q[i:i + 1], keys, vals, causal=causal, bottom_right=True, lse=True)
+        close(out[i:i + 1], ref_o)
+        torch.testing.assert_close(lse[i:i + 1].double(), ref_lse.double(), atol=1e-3, rtol=1e-3)
+    assert seqlens.tolist() == lengths, "cache_seqlens is the caller's: not advanced in place"
+
+
+def test_flash_attn_with_kvcache_refuses_what_it_does_not_have():
+    q, k_cache, v_cache = inputs(2, 1, 64, 4, 2, 64)
+    with pytest.raises(NotImplementedError, match="block_table"):
+        fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, block_table=torch.zeros(2, 1, dtype=torch.int32,
+                                                                                        device=DEV))
+    k = torch.zeros(2, 2, 2, 64, dtype=torch.bfloat16, device=DEV)
+    before = k_cache.clone()
+    with pytest.raises(ValueError, match="nothing was written"):
+        fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, k, k.clone(), cache_seqlens=63)
+    assert torch.equal(k_cache, before)
+
+
 def test_bad_inputs_raise_with_the_librarys_message():
     q, k, v = inputs(1, 64, 64, 4, 4, 64)
     with pytest.raises(ValueError, match="bfloat16"):
