@@ -39,7 +39,8 @@ def run_course(args, tmp):
     path = os.path.join(tmp, "decode.csv")
     cmd = [args.fa2, "decode", "--steps", args.steps, "--shapes", args.shapes, "--h", str(args.h), "--hkv",
            str(args.hkv), "--nq", str(args.nq), "--d", str(args.d), "--splits", args.splits, "--iters", str(args.iters),
-           "--repeats", str(args.repeats), "--csv", path] + (["--causal"] if args.causal else [])
+           "--repeats", str(args.repeats), "--csv", path] + (["--causal"] if args.causal else []) + \
+        (["--seqlens"] if args.seqlens else [])
     compare.log("running " + " ".join(cmd))
     env = dict(os.environ, FA_COMMIT=args.commit) if args.commit else None
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -127,6 +128,7 @@ def main():
     ap.add_argument("--nq", type=int, default=1)
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--seqlens", action="store_true", help="the course's steps get each length in device memory")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--commit", default="")

@@ -12,6 +12,9 @@
 // a list times each. The split count an `auto` call used is read back from the workspace: every
 // split writes all B·H_q·N_q rows of its partial O (D floats) and LSE (one float), and nothing else
 // writes there, so the floats no longer holding the poison pattern are S·rows·(D + 1).
+//
+// `--seqlens` passes every sequence's length in device memory (AttentionParams::seqlens_kv, all at
+// N_kv) to the steps that read one: the ragged-cache path, timed on the same keys.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -90,7 +93,7 @@ double median_of(std::vector<double> v) {
 }  // namespace
 
 int cmd_decode(const std::vector<std::string>& args) {
-  CliArgs cli(args, {"causal", "list"},
+  CliArgs cli(args, {"causal", "list", "seqlens"},
               {"steps", "shapes", "h", "hkv", "nq", "d", "splits", "csv", "iters", "warmup", "repeats"});
   const std::vector<int64_t> step_numbers = cli.get_int_list("steps", {16, 27});
   const std::vector<DecodeShape> shapes =
@@ -156,6 +159,10 @@ int cmd_decode(const std::vector<std::string>& args) {
     const AttentionParams base = prob.params();
     const size_t ws_bytes = split_kv_workspace_bytes(base, kMaxKvSplits);
     DeviceBuffer<unsigned char> workspace;
+    // --seqlens: every sequence's length passed in device memory (all at N_kv, so the check is the
+    // same), to time a ragged-cache step's path.
+    DeviceBuffer<int32_t> seqlens(size_t(d.batch));
+    seqlens.upload(std::vector<int32_t>(size_t(d.batch), int32_t(d.seqlen_kv)));
     std::vector<std::pair<DecodePoint*, AttentionParams>> ready;
     for (DecodePoint& pt : points) {
       if (pt.status != "ok" || pt.shape.batch != d.batch || pt.shape.seqlen_kv != d.seqlen_kv) continue;
@@ -167,6 +174,7 @@ int cmd_decode(const std::vector<std::string>& args) {
         p.num_splits = pt.splits_asked == "auto" ? 0 : std::stoi(pt.splits_asked);
         FA_CUDA_CHECK(cudaMemset(workspace.get(), 0xFF, ws_bytes));
       }
+      if (cli.flag("seqlens") && st.caps.seqlens_kv) p.seqlens_kv = seqlens.get();
       prob.poison_outputs();
       const Status s = st.forward(p, nullptr);
       FA_CUDA_CHECK(cudaDeviceSynchronize());

@@ -142,24 +142,25 @@ int cmd_run(const std::vector<std::string>& args) {
 namespace {
 
 void usage() {
-  std::cerr << "usage: fa2 <command> [options]\n"
-               "  list                                  registered steps (and the step each grew from)\n"
-               "  bench [--steps 3,7] [--n 1024,4096] [--d 64,128] [--b --h] [--causal-only|--no-causal]\n"
-               "        [--quick] [--csv FILE] [--iters 20 --warmup 3 --repeats 2] [--slow-max-n 4096]\n"
-               "        [--slow-steps 0,1,2] [--max-ms-per-point 1000] [--point-budget-ms 1000]\n"
-               "        [--tokens 16384 --hidden 2048] [--no-seed-shape] [--no-flush] [--direction fwd|bwd|fwd,bwd]\n"
-               "        [--deterministic]               the backward's deterministic mode (step 18 on)\n"
-               "        [--list [--json]]               every step over a sweep: B·N = 16k tokens, H·D = 2048,\n"
-               "                                        N = 1k..16k, D = 64/128, causal or not; + B=2 H=16 N=4k;\n"
-               "                                        --list: the plan (no GPU), --json: with FLOPs, tolerances\n"
-               "  ladder [bench's options]              the preset B=2 H=16 N=4096 D=64, 10 runs, 1 repeat,\n"
-               "                                        nothing skipped: every step side by side\n"
-               "  run --step NN [--b --h --hkv --nq --nkv --n --d --causal --bottom-right --bnhd\n"
-               "         --scale S --iters N --no-check --config NAME]   --config: that configuration, untuned\n"
-               "  configs --step NN [--d 64]            the step's configurations at head dim D, one a line\n"
-               "  decode [--steps 16,27] [--shapes 1:8k,8:8k,...] [--h 32 --hkv 8 --nq 1 --d 128] [--causal]\n"
-               "         [--splits auto,1,4] [--csv FILE] [--iters 50 --warmup 5 --repeats 3] [--list]\n"
-               "                                        decode calls timed as KV-cache bytes read per second\n";
+  std::cerr
+      << "usage: fa2 <command> [options]\n"
+         "  list                                  registered steps (and the step each grew from)\n"
+         "  bench [--steps 3,7] [--n 1024,4096] [--d 64,128] [--b --h] [--causal-only|--no-causal]\n"
+         "        [--quick] [--csv FILE] [--iters 20 --warmup 3 --repeats 2] [--slow-max-n 4096]\n"
+         "        [--slow-steps 0,1,2] [--max-ms-per-point 1000] [--point-budget-ms 1000]\n"
+         "        [--tokens 16384 --hidden 2048] [--no-seed-shape] [--no-flush] [--direction fwd|bwd|fwd,bwd]\n"
+         "        [--deterministic]               the backward's deterministic mode (step 18 on)\n"
+         "        [--list [--json]]               every step over a sweep: B·N = 16k tokens, H·D = 2048,\n"
+         "                                        N = 1k..16k, D = 64/128, causal or not; + B=2 H=16 N=4k;\n"
+         "                                        --list: the plan (no GPU), --json: with FLOPs, tolerances\n"
+         "  ladder [bench's options]              the preset B=2 H=16 N=4096 D=64, 10 runs, 1 repeat,\n"
+         "                                        nothing skipped: every step side by side\n"
+         "  run --step NN [--b --h --hkv --nq --nkv --n --d --causal --bottom-right --bnhd\n"
+         "         --scale S --iters N --no-check --config NAME]   --config: that configuration, untuned\n"
+         "  configs --step NN [--d 64]            the step's configurations at head dim D, one a line\n"
+         "  decode [--steps 16,27] [--shapes 1:8k,8:8k,...] [--h 32 --hkv 8 --nq 1 --d 128] [--causal] [--seqlens]\n"
+         "         [--splits auto,1,4] [--csv FILE] [--iters 50 --warmup 5 --repeats 3] [--list]\n"
+         "                                        decode calls timed as KV-cache bytes read per second\n";
 }
 
 }  // namespace
