@@ -184,6 +184,7 @@ int fa_backward_workspace_size(const fa_attention_params* p, size_t* bytes, char
 
 int fa_forward_workspace_size(const fa_attention_params* p, size_t* bytes, char* err, size_t err_len) {
   try {
+    if (bytes) *bytes = 0;
     fa::AttentionParams params;
     if (std::string why = convert(p, params); !why.empty()) return fail(err, err_len, FA_ERROR_INVALID, why);
     if (params.batch < 1 || params.heads_q < 1 || params.heads_kv < 1 || params.seqlen_q < 1 || params.seqlen_kv < 1 ||

@@ -192,7 +192,9 @@ FA_CAPI_EXPORT int fa_forward(int step, const fa_attention_params* p, void* stre
 /// number of splits it chooses, 0 when it never splits `p` (more than 64 query rows per KV head,
 /// N_q·H_q/H_kv, or a head dim the decode kernel lacks). Launches nothing, allocates nothing.
 /// @param p the call, as for `fa_forward` (its workspace fields are ignored)
-/// @param[out] bytes the size (untouched on failure)
+/// @param[out] bytes the size (0 on failure)
+/// @param[out] err message buffer for failures (may be NULL)
+/// @param err_len size of `err` in bytes
 /// @return 0, or FA_ERROR_INVALID for a malformed `p`.
 FA_CAPI_EXPORT int fa_forward_workspace_size(const fa_attention_params* p, size_t* bytes, char* err, size_t err_len);
 
