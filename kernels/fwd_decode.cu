@@ -209,40 +209,62 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   }
 }
 
-// The combine (step 27's): a row of one (batch, query head) per HEAD_DIM / 8 lanes, each lane one
-// 16-byte chunk; it writes O (bf16) and the LSE.
+// The combine: one warp per row of one (batch, query head); it writes O (bf16) and the LSE. Step
+// 27's combine gave a row HEAD_DIM / 8 lanes, each walking the S splits one dependent load after
+// another: S round trips to L2 per row, most of the combine's time at one sequence, where it is a
+// couple of blocks. Here the warp first reads the row's S partial LSEs together (a lane every 32nd
+// split), reduces max and sum by shuffles (device/split_combine.h's rule, its empty-split guard
+// included) and leaves the S weights in shared memory; then GROUPS = 32 / (HEAD_DIM / 8) lanes share
+// each 16-byte chunk of the row, each summing every GROUPS-th split, and a shuffle adds their sums.
 constexpr int kCombineThreads = 256;
+constexpr int kCombineRows = kCombineThreads / 32;  // a warp per row
 template <int HEAD_DIM>
-constexpr int kCombineLanes = HEAD_DIM / 8;
-template <int HEAD_DIM>
-constexpr int kCombineRows = kCombineThreads / kCombineLanes<HEAD_DIM>;
+constexpr int kCombineLanes = HEAD_DIM / 8;  // one 16-byte chunk each
 
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const AttentionParams params, const int splits, const float* o_part, const float* lse_part) {
-  constexpr int LANES = kCombineLanes<HEAD_DIM>;
+  constexpr int LANES = kCombineLanes<HEAD_DIM>, GROUPS = 32 / LANES;
+  static_assert(32 % LANES == 0, "a row's chunks split a warp evenly");
+  __shared__ float weights[kCombineRows][kMaxKvSplits];
+  const int r = int(threadIdx.x) / 32, t = int(threadIdx.x) % 32, lane = t % LANES, group = t / LANES;
   const int64_t bh = blockIdx.y + int64_t(blockIdx.z) * gridDim.y;
-  const int64_t i = int64_t(blockIdx.x) * kCombineRows<HEAD_DIM> + threadIdx.x / LANES;
-  if (bh >= params.batch * params.heads_q || i >= params.seqlen_q) return;
-  const int64_t b = bh / params.heads_q, h = bh % params.heads_q;
+  const int64_t i = int64_t(blockIdx.x) * kCombineRows + r;
+  if (bh >= params.batch * params.heads_q || i >= params.seqlen_q) return;  // a whole warp: no shuffle left behind
   const int64_t rows = params.batch * params.heads_q * params.seqlen_q, row = bh * params.seqlen_q + i;
-  const int col = int(threadIdx.x % LANES) * 8;
-  const float lse = combined_lse(lse_part + row, splits, rows);
+  float m = -INFINITY;
+  for (int s = t; s < splits; s += 32) m = fmaxf(m, lse_part[s * rows + row]);
+#pragma unroll
+  for (int x = 16; x > 0; x /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
+  float sum = 0.0f;
+  if (m != -INFINITY)  // every split empty: no −inf − (−inf)
+    for (int s = t; s < splits; s += 32) sum += expf(lse_part[s * rows + row] - m);
+#pragma unroll
+  for (int x = 16; x > 0; x /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+  const float lse = m == -INFINITY ? -INFINITY : m + logf(sum);
+  for (int s = t; s < splits; s += 32) weights[r][s] = split_weight(lse_part[s * rows + row], lse);
+  __syncwarp();
+  const int col = lane * 8;
   float acc[8] = {};
-  for (int s = 0; s < splits; ++s) {
-    const float w = split_weight(lse_part[s * rows + row], lse);
-    if (w == 0.0f) continue;
+  for (int s = group; s < splits; s += GROUPS) {  // an empty split's O_s is 0 and weighs 0
+    const float w = weights[r][s];
     const float4* src = reinterpret_cast<const float4*>(o_part + (s * rows + row) * HEAD_DIM + col);
     const float4 x = src[0], y = src[1];
     acc[0] = fmaf(w, x.x, acc[0]), acc[1] = fmaf(w, x.y, acc[1]), acc[2] = fmaf(w, x.z, acc[2]);
     acc[3] = fmaf(w, x.w, acc[3]), acc[4] = fmaf(w, y.x, acc[4]), acc[5] = fmaf(w, y.y, acc[5]);
     acc[6] = fmaf(w, y.z, acc[6]), acc[7] = fmaf(w, y.w, acc[7]);
   }
+#pragma unroll
+  for (int x = LANES; x < 32; x *= 2)  // the groups' sums of the same chunk
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], x);
+  if (group != 0) return;
+  const int64_t b = bh / params.heads_q, h = bh % params.heads_q;
   bf16* const o_row =
       static_cast<bf16*>(params.o) + b * params.o_stride.batch + h * params.o_stride.head + i * params.o_stride.seq;
   *reinterpret_cast<uint4*>(o_row + col) = uint4{ptx::pack_bf16x2(acc[0], acc[1]), ptx::pack_bf16x2(acc[2], acc[3]),
                                                  ptx::pack_bf16x2(acc[4], acc[5]), ptx::pack_bf16x2(acc[6], acc[7])};
-  if (params.lse != nullptr && col == 0) params.lse[row] = lse;
+  if (params.lse != nullptr && lane == 0) params.lse[row] = lse;
 }
 
 // ---- the host side -----------------------------------------------------------------------------
@@ -296,8 +318,8 @@ struct Launcher {
     FA_LAUNCH_RETURN();
     if (splits > 1) {
       const int64_t bh = p.batch * p.heads_q;
-      const dim3 combine_grid(unsigned(cdiv(p.seqlen_q, kCombineRows<HEAD_DIM>)),
-                              unsigned(std::min<int64_t>(bh, 65535)), unsigned(cdiv(bh, 65535)));
+      const dim3 combine_grid(unsigned(cdiv(p.seqlen_q, kCombineRows)), unsigned(std::min<int64_t>(bh, 65535)),
+                              unsigned(cdiv(bh, 65535)));
       combine_kernel<HEAD_DIM><<<combine_grid, kCombineThreads, 0, stream>>>(p, splits, o_part, lse_part);
       FA_LAUNCH_RETURN();
     }
