@@ -199,6 +199,8 @@ __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, con
 
 /// load_tile_async with each row from its own address: row_src(row) is where row `row` starts
 /// (step 28's packed rows come from several heads). Rows >= valid_rows arrive as zeros, unread.
+/// (load_tile_async is not written as a call of this: with a stride functor the compiler schedules
+/// it differently, and every step from 04 on would change its instructions.)
 template <int NUM_THREADS, int ROWS, typename Layout, typename RowSrc>
 __device__ __forceinline__ void load_rows_async(SmemTile<ROWS, Layout> tile, const RowSrc& row_src, int valid_rows) {
   using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;

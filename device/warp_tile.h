@@ -350,7 +350,8 @@ __device__ __forceinline__ void store_rows(T* dst, int64_t stride, const Acc<D>&
 }
 
 /// store_rows with each row at its own address: row r of o goes to row_dst(row0 + r), as the
-/// element type row_dst points to (step 28's packed rows go to several heads).
+/// element type row_dst points to (step 28's packed rows go to several heads). Kept apart from
+/// the strided form for the same reason as load_rows_async: the steps' instructions stay theirs.
 template <int D, typename RowDst>
 __device__ __forceinline__ void store_rows(const Acc<D>& o, Rows scale, int row0, int valid_rows,
                                            const RowDst& row_dst) {

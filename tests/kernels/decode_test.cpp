@@ -56,6 +56,20 @@ TEST(Decode, ChoosesItsSplitWithAWorkspace) {
   EXPECT_GT(written, 0u) << "num_splits = 0 with a workspace: the decode kernel did not split";
 }
 
+// Runs the kernel on `p` (prob's call with an option the decode kernel alone has) and expects a
+// refusal naming `what`, with O as poisoned as before.
+void expect_refused_untouched(AttentionProblem& prob, const AttentionParams& p, const std::string& what) {
+  prob.poison_outputs();
+  const std::vector<float> before = prob.output_bhnd();
+  const Status st = testing::the_step().forward(p, nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
+  const std::vector<float> after = prob.output_bhnd();
+  ASSERT_EQ(before.size(), after.size());
+  EXPECT_EQ(0, std::memcmp(before.data(), after.data(), before.size() * sizeof(float))) << "O was written";
+}
+
 TEST(Decode, SplitOfACallItDoesNotTakeIsRefusedWithNothingWritten) {
   FA_REQUIRE_GPU();
   AttentionProblem prob(split_shape(1, 4, 2, 300, 513, 64, true));  // 600 packed rows: the prefill kernel's
@@ -63,15 +77,7 @@ TEST(Decode, SplitOfACallItDoesNotTakeIsRefusedWithNothingWritten) {
   const size_t bytes = split_kv_workspace_bytes(p, 2);
   DeviceBuffer<unsigned char> ws(bytes);
   p.num_splits = 2, p.workspace = ws.get(), p.workspace_bytes = bytes;
-  prob.poison_outputs();
-  const std::vector<float> before = prob.output_bhnd();
-  const Status st = testing::the_step().forward(p, nullptr);
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("split-KV"), std::string::npos) << st.message();
-  const std::vector<float> after = prob.output_bhnd();
-  ASSERT_EQ(before.size(), after.size());
-  EXPECT_EQ(0, std::memcmp(before.data(), after.data(), before.size() * sizeof(float))) << "O was written";
+  expect_refused_untouched(prob, p, "split-KV");
 }
 
 TEST(Decode, LengthsPerSequenceOfACallItDoesNotTakeAreRefused) {
@@ -81,14 +87,7 @@ TEST(Decode, LengthsPerSequenceOfACallItDoesNotTakeAreRefused) {
   DeviceBuffer<int32_t> lengths(2);
   lengths.upload({100, 513});
   p.seqlens_kv = lengths.get();
-  prob.poison_outputs();
-  const std::vector<float> before = prob.output_bhnd();
-  const Status st = testing::the_step().forward(p, nullptr);
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("seqlens_kv"), std::string::npos) << st.message();
-  const std::vector<float> after = prob.output_bhnd();
-  EXPECT_EQ(0, std::memcmp(before.data(), after.data(), before.size() * sizeof(float))) << "O was written";
+  expect_refused_untouched(prob, p, "seqlens_kv");
 }
 
 }  // namespace
