@@ -40,7 +40,7 @@ def run_course(args, tmp):
     cmd = [args.fa2, "decode", "--steps", args.steps, "--shapes", args.shapes, "--h", str(args.h), "--hkv",
            str(args.hkv), "--nq", str(args.nq), "--d", str(args.d), "--splits", args.splits, "--iters", str(args.iters),
            "--repeats", str(args.repeats), "--csv", path] + (["--causal"] if args.causal else []) + \
-        (["--seqlens"] if args.seqlens else [])
+        (["--seqlens"] if args.seqlens else []) + (["--ragged"] if args.ragged else [])
     compare.log("running " + " ".join(cmd))
     env = dict(os.environ, FA_COMMIT=args.commit) if args.commit else None
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -73,7 +73,7 @@ def measure_sdpa(args, shapes):
                 s.masked_fill_(torch.arange(N, device="cuda")[None, :] > i + N - args.nq, -math.inf)
             ref[b] = torch.matmul(torch.softmax(s, -1), vv)
         del kk, vv, s
-        for pid, label, backend in SDPA:
+        for pid, label, backend in ([] if args.ragged else SDPA):
             r = dict(provider=pid, label=label, B=B, N_kv=N, status="ok", note="")
 
             def fn(be=getattr(SDPBackend, backend)):
@@ -129,6 +129,9 @@ def main():
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--seqlens", action="store_true", help="the course's steps get each length in device memory")
+    ap.add_argument("--ragged", action="store_true",
+                    help="the course's steps only, sequences of different lengths (fa2 decode --ragged); SDPA "
+                         "has no lengths and is left out")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--commit", default="")
@@ -147,11 +150,12 @@ def main():
         label = f"step {int(r['step']):02d}" + ("" if r["splits_asked"] == "-" else f" (splits {r['splits_asked']})")
         rows.append(dict(provider=f"step{int(r['step']):02d}", label=label, B=int(r["B"]), N_kv=int(r["N_kv"]),
                          splits=r["splits_used"] if r["splits_asked"] != "-" else "", median_us=us,
-                         status=r["status"], note=r["note"]))
+                         status=r["status"], note=r["note"], kv_tb_s=float(r["kv_tb_s"]) if r["kv_tb_s"] else None))
     rows += [dict(r, splits="") for r in sdpa]
-    for r in rows:
+    for r in rows:  # fa2 decode's rows carry their own (the keys that exist, with --ragged)
         us = r.get("median_us")
-        r["kv_tb_s"] = kv_bytes(r["B"], r["N_kv"]) / (us * 1e-6) / 1e12 if us else None
+        if r.get("kv_tb_s") is None:
+            r["kv_tb_s"] = kv_bytes(r["B"], r["N_kv"]) / (us * 1e-6) / 1e12 if us else None
     labels = list(dict.fromkeys(r["label"] for r in rows))
     get = {(r["label"], r["B"], r["N_kv"]): r for r in rows}
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -14,12 +14,16 @@
 // writes there, so the floats no longer holding the poison pattern are S·rows·(D + 1).
 //
 // `--seqlens` passes every sequence's length in device memory (AttentionParams::seqlens_kv, all at
-// N_kv) to the steps that read one: the ragged-cache path, timed on the same keys.
+// N_kv) to the steps that read one: the ragged-cache path, timed on the same keys. `--ragged` gives
+// the sequences different lengths, ragged_length(): N_kv times a permutation of 8/8, 5/8, 2/8, 7/8,
+// 4/8, 1/8, 6/8, 3/8 over the batch; only the steps that read lengths run, each sequence is checked
+// against the fp32 GPU reference on its own keys, and the bytes are those of the keys that exist.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -29,6 +33,7 @@
 #include "harness/device_buffer.h"
 #include "harness/gpu.h"
 #include "harness/timer.h"
+#include "reference/gpu_reference.h"
 #include "fa/registry.h"
 #include "tools/commands.h"
 
@@ -48,6 +53,7 @@ struct DecodePoint {
   double max_abs_err = -1;
   std::vector<double> medians_ms;
   double min_ms = 0, max_ms = 0;
+  int64_t tokens = 0;  // the keys that exist (B·N_kv, or the ragged lengths' sum): the bytes' count
 };
 
 // "B:N_kv,B:N_kv,...", N_kv with an optional k suffix (×1024).
@@ -84,6 +90,11 @@ std::vector<std::string> parse_list(const std::string& spec) {
   return out;
 }
 
+// Sequence b's length under --ragged: N_kv × (8 − 3b mod 8) / 8, at least 1.
+int64_t ragged_length(int64_t b, int64_t n_kv) {
+  return std::max<int64_t>(1, n_kv * (8 - (3 * b) % 8) / 8);
+}
+
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -93,7 +104,7 @@ double median_of(std::vector<double> v) {
 }  // namespace
 
 int cmd_decode(const std::vector<std::string>& args) {
-  CliArgs cli(args, {"causal", "list", "seqlens"},
+  CliArgs cli(args, {"causal", "list", "seqlens", "ragged"},
               {"steps", "shapes", "h", "hkv", "nq", "d", "splits", "csv", "iters", "warmup", "repeats"});
   const std::vector<int64_t> step_numbers = cli.get_int_list("steps", {16, 27});
   const std::vector<DecodeShape> shapes =
@@ -135,6 +146,8 @@ int cmd_decode(const std::vector<std::string>& args) {
         p.step = st->number, p.shape = d, p.splits_asked = ask;
         if (Status v = validate_input(validation_params(shape_of(d)), st->caps); !v.ok())
           p.status = "unsupported", p.note = v.message();
+        else if (cli.flag("ragged") && !st->caps.seqlens_kv)
+          p.status = "unsupported", p.note = "--ragged: the step reads no length per sequence";
         points.push_back(p);
       }
     }
@@ -155,18 +168,46 @@ int cmd_decode(const std::vector<std::string>& args) {
     ProblemShape ps = shape_of(d);
     ps.seed = uint64_t(27 + d.batch * 131 + d.seqlen_kv);
     AttentionProblem prob(ps);
-    const ReferenceData ref = compute_reference(prob, ReferenceKind::gpu);
     const AttentionParams base = prob.params();
+    std::vector<int32_t> lengths(size_t(d.batch), int32_t(d.seqlen_kv));
+    if (cli.flag("ragged"))
+      for (int64_t b = 0; b < d.batch; ++b) lengths[size_t(b)] = int32_t(ragged_length(b, d.seqlen_kv));
+    ReferenceData ref;
+    if (!cli.flag("ragged")) {
+      ref = compute_reference(prob, ReferenceKind::gpu);
+    } else {  // each sequence alone, on its own keys
+      const size_t per_seq = size_t(heads_q * n_q);
+      DeviceBuffer<float> o_ref(size_t(d.batch) * per_seq * size_t(head_dim)), lse_ref(size_t(d.batch) * per_seq);
+      for (int64_t b = 0; b < d.batch; ++b) {
+        AttentionParams one = base;
+        one.batch = 1;
+        one.seqlen_kv = lengths[size_t(b)];
+        one.q = static_cast<const __nv_bfloat16*>(base.q) + b * base.q_stride.batch;
+        one.k = static_cast<const __nv_bfloat16*>(base.k) + b * base.k_stride.batch;
+        one.v = static_cast<const __nv_bfloat16*>(base.v) + b * base.v_stride.batch;
+        if (Status st = gpu_reference(one, o_ref.get() + size_t(b) * per_seq * size_t(head_dim),
+                                      lse_ref.get() + size_t(b) * per_seq, nullptr);
+            !st.ok())
+          throw std::runtime_error("reference: " + st.message());
+      }
+      const std::vector<float> o = o_ref.download(), l = lse_ref.download();
+      ref.kind = "gpu-fp32";
+      ref.o.assign(o.begin(), o.end());
+      ref.lse.assign(l.begin(), l.end());
+    }
+    int64_t tokens = 0;
+    for (int32_t len : lengths) tokens += len;
     const size_t ws_bytes = split_kv_workspace_bytes(base, kMaxKvSplits);
     DeviceBuffer<unsigned char> workspace;
     // --seqlens: every sequence's length passed in device memory (all at N_kv, so the check is the
     // same), to time a ragged-cache step's path.
     DeviceBuffer<int32_t> seqlens(size_t(d.batch));
-    seqlens.upload(std::vector<int32_t>(size_t(d.batch), int32_t(d.seqlen_kv)));
+    seqlens.upload(lengths);
     std::vector<std::pair<DecodePoint*, AttentionParams>> ready;
     for (DecodePoint& pt : points) {
       if (pt.status != "ok" || pt.shape.batch != d.batch || pt.shape.seqlen_kv != d.seqlen_kv) continue;
       const StepInfo& st = *find_step(pt.step);
+      pt.tokens = tokens;
       AttentionParams p = base;
       if (st.caps.split_kv) {
         if (workspace.bytes() == 0) workspace = DeviceBuffer<unsigned char>(ws_bytes);
@@ -174,7 +215,7 @@ int cmd_decode(const std::vector<std::string>& args) {
         p.num_splits = pt.splits_asked == "auto" ? 0 : std::stoi(pt.splits_asked);
         FA_CUDA_CHECK(cudaMemset(workspace.get(), 0xFF, ws_bytes));
       }
-      if (cli.flag("seqlens") && st.caps.seqlens_kv) p.seqlens_kv = seqlens.get();
+      if ((cli.flag("seqlens") || cli.flag("ragged")) && st.caps.seqlens_kv) p.seqlens_kv = seqlens.get();
       prob.poison_outputs();
       const Status s = st.forward(p, nullptr);
       FA_CUDA_CHECK(cudaDeviceSynchronize());
@@ -217,6 +258,8 @@ int cmd_decode(const std::vector<std::string>& args) {
       "repeats, L2 flushed\n\n",
       gpu_description().c_str(), commit_id().c_str(), (long long)heads_q, (long long)heads_kv, (long long)n_q,
       (long long)head_dim, cli.flag("causal") ? " causal" : "", opt.iters, repeats);
+  if (cli.flag("ragged"))
+    std::printf("Ragged: sequence b holds N_kv·(8 − 3b mod 8)/8 keys; KV TB/s counts the keys that exist.\n\n");
   std::printf("| step | B | N_kv | splits asked | used | µs | KV TB/s | max err | status |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   std::ofstream csv;
@@ -229,7 +272,8 @@ int cmd_decode(const std::vector<std::string>& args) {
   bool all_ok = true;
   for (const DecodePoint& p : points) {
     const double ms = median_of(p.medians_ms);
-    const double tbs = ms > 0 ? kv_bytes_per_token * double(p.shape.batch * p.shape.seqlen_kv) / (ms * 1e-3) / 1e12 : 0;
+    const double tokens = double(p.tokens > 0 ? p.tokens : p.shape.batch * p.shape.seqlen_kv);
+    const double tbs = ms > 0 ? kv_bytes_per_token * tokens / (ms * 1e-3) / 1e12 : 0;
     all_ok = all_ok && p.status != "fail";
     char us[32] = "—", rate[32] = "—", err[32] = "—";
     if (ms > 0) std::snprintf(us, sizeof us, "%.1f", ms * 1e3), std::snprintf(rate, sizeof rate, "%.2f", tbs);
