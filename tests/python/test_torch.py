@@ -248,6 +248,36 @@ def test_flash_attn_with_kvcache_appends_and_attends_to_each_length(n_new, causa
     assert seqlens.tolist() == lengths, "cache_seqlens is the caller's: not advanced in place"
 
 
+@torch.no_grad()
+def test_captured_decode_step_replays_as_the_cache_grows():
+    """Serving engines capture one decode step and replay it while the cache grows: the lengths live
+    in device memory (cache_seqlens), so each replay appends at the new length and attends to one
+    key more, with nothing re-captured."""
+    b, cap, h_q, h_kv, d = 2, 512, 8, 2, 128
+    g = torch.Generator(device=DEV).manual_seed(41)
+    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
+    k_cache, v_cache = rnd(b, cap, h_kv, d), rnd(b, cap, h_kv, d)
+    seqlens = torch.tensor([100, 300], dtype=torch.int32, device=DEV)
+    q, k, v = rnd(b, 1, h_q, d), rnd(b, 1, h_kv, d), rnd(b, 1, h_kv, d)
+    step = lambda: fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens, causal=True)
+    step()  # warm-up outside the capture (the kernel is chosen and tuned); it appended at 100 and 300
+    seqlens += 1
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for t in range(3):
+        for dst, src in zip((q, k, v), (rnd(b, 1, h_q, d), rnd(b, 1, h_kv, d), rnd(b, 1, h_kv, d))):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        for i, n in enumerate(seqlens.tolist()):  # the token was written at n, and attention saw n + 1 keys
+            torch.testing.assert_close(k_cache[i, n], k[i, 0])
+            close(out[i:i + 1], reference(q[i:i + 1], k_cache[i:i + 1, :n + 1], v_cache[i:i + 1, :n + 1],
+                                          causal=True, bottom_right=True))
+        seqlens += 1
+
+
 def test_flash_attn_with_kvcache_refuses_what_it_does_not_have():
     q, k_cache, v_cache = inputs(2, 1, 64, 4, 2, 64)
     with pytest.raises(NotImplementedError, match="block_table"):
