@@ -31,6 +31,7 @@
 #include "library/cuda_status.h"
 #include "library/launch_limits.h"
 #include "library/tma.h"
+#include "library/split_kv.h"
 #include "library/tuner.h"
 
 namespace fa::kernels::hopper {
@@ -329,6 +330,7 @@ const Capabilities kCaps = [] {
   c.deterministic_backward = true;          // its backward: the Hopper one (kernels/bwd_hopper.cu)
   c.split_kv = true;                        // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   c.seqlens_kv = true;                      // ... and reads a length per sequence
+  c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
   return c;
 }();
 

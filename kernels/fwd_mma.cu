@@ -30,6 +30,7 @@
 #include "kernels/score_mod.h"
 #include "library/cuda_status.h"
 #include "library/launch_limits.h"
+#include "library/split_kv.h"
 #include "library/tuner.h"
 
 namespace fa::kernels::mma {
@@ -211,6 +212,7 @@ const Capabilities kCaps = [] {
   c.deterministic_backward = true;           // and the production backward's deterministic mode
   c.split_kv = true;    // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   c.seqlens_kv = true;  // ... and reads a length per sequence (kernels/fwd_decode.cu)
+  c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
   return c;
 }();
 

@@ -301,6 +301,12 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
   if (p.seqlens_kv && !caps.seqlens_kv)
     return fail("this step gives every sequence seqlen_kv keys: seqlens_kv must be null (ragged caches are Part V's)");
   if (p.seqlens_kv && !aligned(p.seqlens_kv, 4)) return fail("seqlens_kv must be 4-byte aligned (int32)");
+  if ((p.num_splits > 1 || p.seqlens_kv) && caps.decode_max_packed_rows > 0 && p.heads_kv > 0 &&
+      p.seqlen_q * (p.heads_q / p.heads_kv) > caps.decode_max_packed_rows)
+    return fail(std::string(p.seqlens_kv ? "a length per sequence (seqlens_kv)" : "split-KV (num_splits > 1)") +
+                " is for decode calls here: at most " + std::to_string(caps.decode_max_packed_rows) +
+                " query rows per KV head (N_q·H_q/H_kv); this call has " +
+                std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv)));
 
   // Launch limits of the step's kernels, here rather than in its launcher, so that fa_validate
   // accepts exactly what forward accepts.

@@ -118,5 +118,31 @@ TEST(ValidateSplitKv, RaggedCacheLengthsOnlyWhereTheStepReadsThem) {
   EXPECT_NE(st.message().find("4-byte aligned"), std::string::npos) << st.message();
 }
 
+// The production forwards split and read lengths for decode calls only, and validation says so, so
+// that fa_validate accepts exactly what their forward runs.
+TEST(ValidateSplitKv, DecodeOnlyWhereTheStepSaysSo) {
+  Capabilities c = caps(true);
+  c.seqlens_kv = true;
+  c.decode_max_packed_rows = 64;
+  AttentionParams p = decode();  // 1 row × 4 heads per KV head
+  p.seqlens_kv = static_cast<const int32_t*>(stand_in(7));
+  EXPECT_TRUE(validate(p, c).ok()) << validate(p, c).message();
+  p.seqlen_q = 17;  // 68 rows per KV head
+  set_bhnd_strides(p);
+  Status st = validate(p, c);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("a length per sequence (seqlens_kv) is for decode calls"), std::string::npos)
+      << st.message();
+  p.seqlens_kv = nullptr;
+  p.num_splits = 2;
+  p.workspace = stand_in(6);
+  p.workspace_bytes = split_kv_workspace_bytes(p, 2);
+  st = validate(p, c);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("split-KV (num_splits > 1) is for decode calls"), std::string::npos) << st.message();
+  c.decode_max_packed_rows = 0;  // a step that splits any call
+  EXPECT_TRUE(validate(p, c).ok()) << validate(p, c).message();
+}
+
 }  // namespace
 }  // namespace fa
