@@ -28,6 +28,7 @@
 #include "kernels/epilogue.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
+#include "library/autotune.h"
 #include "library/cuda_status.h"
 #include "library/launch_limits.h"
 #include "library/split_kv.h"
@@ -273,28 +274,16 @@ int pack_of(const AttentionParams& p) {
   return int(p.heads_q / p.heads_kv);
 }
 
-// The split count for call p with this configuration: the call's, else (0, with a workspace) the
-// wave-fill heuristic's (library/split_kv.h) on the split kernel's resident blocks, cut to what the
-// workspace holds; 1 without a workspace.
+// The split count for call p with this configuration (library/split_kv.h): the call's, else (0,
+// with a workspace) the wave-fill heuristic's on the split kernel's slots, cut to what the workspace
+// holds; 1 without a workspace.
 template <int HEAD_DIM, typename Cfg>
 Status choose_splits(const AttentionParams& p, int* splits) {
-  *splits = 1;
-  if (p.num_splits >= 1) {
-    *splits = p.num_splits;
-    return Status::Ok();
-  }
-  if (p.workspace == nullptr) return Status::Ok();
-  const void* kernel = reinterpret_cast<const void*>(decode_kernel<HEAD_DIM, Cfg, true>);
-  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
-  if (Status st = opt_in_shared_memory(kernel, smem); !st.ok()) return st;
-  int slots = 0;
-  if (Status st = resident_blocks(kernel, Cfg::NUM_THREADS, smem, &slots); !st.ok()) return st;
   const int pack = pack_of(p);
-  int s = choose_kv_splits(cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * p.batch * (p.heads_q / pack),
-                           cdiv(p.seqlen_kv, Cfg::BLOCK_N), slots);
-  while (s > 1 && split_kv_workspace_bytes(p, s) > p.workspace_bytes) --s;
-  *splits = s;
-  return Status::Ok();
+  return split_count(p, reinterpret_cast<const void*>(decode_kernel<HEAD_DIM, Cfg, true>), Cfg::NUM_THREADS,
+                     Cfg::template smem_bytes<HEAD_DIM>(),
+                     cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * p.batch * (p.heads_q / pack),
+                     cdiv(p.seqlen_kv, Cfg::BLOCK_N), splits);
 }
 
 struct Launcher {
@@ -344,11 +333,8 @@ bool accepts(const AttentionParams& p) {
   if (p.seqlens_kv != nullptr) return true;                     // a length per sequence: only it reads them
   // Without a workspace it cannot split: only where its packed grid alone fills the GPU (one block
   // per SM), else the prefill kernel's G times more blocks read faster.
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return false;
-  return p.batch * p.heads_kv >= sms;
+  const int sms = autotune::current_device().sm_count;  // queried once per device
+  return sms > 0 && p.batch * p.heads_kv >= sms;
 }
 
 Status route(const AttentionParams& p, cudaStream_t stream, bool* taken) {

@@ -1,6 +1,8 @@
 // How many ways to split the keys of a forward call (library/split_kv.h).
 #include "library/split_kv.h"
 
+#include "library/launch_limits.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -25,6 +27,23 @@ int choose_kv_splits(int64_t blocks, int64_t kv_tiles, int64_t slots, int max_sp
   for (int s = 1; s <= most; ++s)
     if (shortens(s) && efficiency(s) >= kSplitWaveEfficiency * best) return s;
   return 1;
+}
+
+Status split_count(const AttentionParams& p, const void* split_kernel, int threads, int smem_bytes, int64_t blocks,
+                   int64_t kv_tiles, int* splits) {
+  *splits = 1;
+  if (p.num_splits >= 1) {
+    *splits = p.num_splits;  // validate() checked that the workspace holds them
+    return Status::Ok();
+  }
+  if (p.workspace == nullptr) return Status::Ok();
+  if (Status st = opt_in_shared_memory(split_kernel, smem_bytes); !st.ok()) return st;
+  int slots = 0;
+  if (Status st = resident_blocks(split_kernel, threads, smem_bytes, &slots); !st.ok()) return st;
+  int s = choose_kv_splits(blocks, kv_tiles, slots);
+  while (s > 1 && split_kv_workspace_bytes(p, s) > p.workspace_bytes) --s;
+  *splits = s;
+  return Status::Ok();
 }
 
 }  // namespace fa

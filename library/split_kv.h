@@ -28,6 +28,15 @@ constexpr double kSplitWaveEfficiency = 0.85;
 /// `max_splits`. Always between 1 and max(1, min(max_splits, kv_tiles)).
 int choose_kv_splits(int64_t blocks, int64_t kv_tiles, int64_t slots, int max_splits = kMaxKvSplits);
 
+/// The split count a split-KV forward uses on call `p`: the call's (num_splits >= 1); else, with a
+/// workspace, choose_kv_splits for an unsplit grid of `blocks` blocks over `kv_tiles` KV tiles,
+/// on the slots the GPU holds of `split_kernel` (resident blocks × SMs), cut to what the workspace
+/// holds; 1 without a workspace. The slots are asked after the kernel has opted in to `smem_bytes`
+/// of shared memory: before, CUDA's occupancy query answers 0 blocks for a kernel above 48 KB, and
+/// nothing would ever split.
+Status split_count(const AttentionParams& p, const void* split_kernel, int threads, int smem_bytes, int64_t blocks,
+                   int64_t kv_tiles, int* splits);
+
 /// KV tiles per range when `kv_tiles` are split `splits` ways (the last range may be shorter, or
 /// empty when splits > kv_tiles: its block writes lse = −inf).
 inline int64_t kv_tiles_per_split(int64_t kv_tiles, int splits) {

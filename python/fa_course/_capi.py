@@ -21,6 +21,9 @@ CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1
 DTYPE_BF16 = 0
 STEP_AUTO = -1  # FA_STEP_AUTO: the library chooses the kernel
 API_VERSION = 4  # FA_C_API_VERSION this module was written against
+# The most query rows per KV head (N_q·H_q/H_kv) the library's decode kernel takes
+# (library/split_kv.h's kDecodeMaxPackedRows): a call with more never gets a split workspace.
+DECODE_MAX_PACKED_ROWS = 64
 
 LIBRARY_NAME = "libfa2_capi.so"
 ENV_LIBRARY = "FA_COURSE_LIB"  # a path to libfa2_capi.so that overrides the packaged one

@@ -68,7 +68,9 @@ def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
     (FA_STEP_AUTO: the fastest kernel this GPU runs that accepts the call, chosen in C)."""
     o, lse, p = _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse)
     workspace = None
-    if step < 0:  # the library's choice splits a decode call's keys: its workspace from PyTorch's allocator
+    # The library's choice splits a decode call's keys, its workspace from PyTorch's allocator. Only a
+    # call with few query rows per KV head can be one: the others skip the size query (a C call).
+    if step < 0 and q.shape[1] * (q.shape[2] // k.shape[2]) <= _capi.DECODE_MAX_PACKED_ROWS:
         bytes_ = _capi.forward_workspace_size(p)
         if bytes_:
             workspace = torch.empty(bytes_, dtype=torch.uint8, device=q.device)

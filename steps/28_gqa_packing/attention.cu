@@ -273,29 +273,16 @@ int pack_of(const AttentionParams& p) {
   return p.seqlen_q * g <= kTileMaxSeqlen ? int(g) : 1;
 }
 
-// The number of ranges for call p: the call's, else (0, with a workspace) the heuristic's, cut to
-// what the workspace holds; 1 without a workspace. The heuristic's wave is the blocks of the split
-// kernel the GPU holds at once (library/launch_limits.h, cached), asked after the kernel has
-// opted in to its shared memory: before, the occupancy query answers 0 blocks.
+// The number of ranges for call p (library/split_kv.h): the call's, else (0, with a workspace)
+// the heuristic's for the unsplit grid on the split kernel's slots, cut to what the workspace holds;
+// 1 without a workspace.
 template <int HEAD_DIM, typename Cfg>
 Status choose_splits(const AttentionParams& p, int* splits) {
-  *splits = 1;
-  if (p.num_splits >= 1) {
-    *splits = p.num_splits;  // validate() checked that the workspace holds them
-    return Status::Ok();
-  }
-  if (p.workspace == nullptr) return Status::Ok();
-  const void* kernel = reinterpret_cast<const void*>(attention_kernel<HEAD_DIM, Cfg, true>);
-  constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
-  if (Status st = opt_in_shared_memory(kernel, smem); !st.ok()) return st;
-  int slots = 0;
-  if (Status st = resident_blocks(kernel, Cfg::NUM_THREADS, smem, &slots); !st.ok()) return st;
   const int pack = pack_of(p);  // the unsplit grid: packed Q tiles × B·H_q / pack
-  int s = choose_kv_splits(cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * p.batch * (p.heads_q / pack),
-                           cdiv(p.seqlen_kv, Cfg::BLOCK_N), slots);
-  while (s > 1 && split_kv_workspace_bytes(p, s) > p.workspace_bytes) --s;
-  *splits = s;
-  return Status::Ok();
+  return split_count(p, reinterpret_cast<const void*>(attention_kernel<HEAD_DIM, Cfg, true>), Cfg::NUM_THREADS,
+                     Cfg::template smem_bytes<HEAD_DIM>(),
+                     cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * p.batch * (p.heads_q / pack),
+                     cdiv(p.seqlen_kv, Cfg::BLOCK_N), splits);
 }
 
 template <int HEAD_DIM, typename Cfg>

@@ -179,6 +179,15 @@ def backward_params(head_dim=64, workspace_bytes=None, **kw):
                                       strides=contiguous, workspace=stand_in(10), workspace_bytes=size)
 
 
+def test_forward_workspace_only_for_decode_calls_as_the_package_expects():
+    """The package asks for a split workspace only where N_q·H_q/H_kv <= DECODE_MAX_PACKED_ROWS: the
+    library must agree on the bound, or a decode call would go without one."""
+    g = 4  # query heads per KV head
+    n_q = _capi.DECODE_MAX_PACKED_ROWS // g
+    assert _capi.forward_workspace_size(params(heads_q=8, heads_kv=2, n_q=n_q, n_kv=1000)) > 0
+    assert _capi.forward_workspace_size(params(heads_q=8, heads_kv=2, n_q=n_q + 1, n_kv=1000)) == 0
+
+
 def test_backward_struct_layout_and_workspace():
     assert _capi.lib().fa_backward_params_size() == ctypes.sizeof(_capi.BackwardParams)
     rows = 2 * 4 * 128
