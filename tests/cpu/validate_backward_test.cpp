@@ -19,19 +19,8 @@ Capabilities caps() {
 
 BackwardParams valid() {
   BackwardParams bp;
-  AttentionParams& p = bp.fwd;
-  p.batch = 2;
-  p.heads_q = 4;
-  p.heads_kv = 2;
-  p.seqlen_q = 100;
-  p.seqlen_kv = 130;
-  p.head_dim = 64;
-  set_bhnd_strides(p);
-  p.q = stand_in(1);
-  p.k = stand_in(2);
-  p.v = stand_in(3);
-  p.o = stand_in(4);
-  p.lse = static_cast<float*>(stand_in(5));
+  bp.fwd = stand_in_params(2, 4, 2, 100, 130, 64);
+  const AttentionParams& p = bp.fwd;
   bp.d_o = stand_in(6);
   bp.dq = stand_in(7);
   bp.dk = stand_in(8);

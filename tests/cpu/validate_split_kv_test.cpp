@@ -21,20 +21,7 @@ Capabilities caps(bool split_kv) {
 
 // A decode call: one query row per sequence, GQA 32/8, a long cache.
 AttentionParams decode() {
-  AttentionParams p;
-  p.batch = 2;
-  p.heads_q = 32;
-  p.heads_kv = 8;
-  p.seqlen_q = 1;
-  p.seqlen_kv = 8192;
-  p.head_dim = 128;
-  set_bhnd_strides(p);
-  p.q = stand_in(1);
-  p.k = stand_in(2);
-  p.v = stand_in(3);
-  p.o = stand_in(4);
-  p.lse = static_cast<float*>(stand_in(5));
-  return p;
+  return stand_in_params(2, 32, 8, 1, 8192, 128);
 }
 
 void expect_refused(const AttentionParams& p, bool split_kv, const std::string& why) {

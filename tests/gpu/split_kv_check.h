@@ -14,6 +14,13 @@
 
 namespace fa::testing {
 
+// Bytes of a workspace that no longer hold the poison pattern (0xFF): a split wrote them.
+inline size_t bytes_written(const std::vector<unsigned char>& ws) {
+  size_t written = 0;
+  for (unsigned char c : ws) written += c != 0xFF;
+  return written;
+}
+
 inline ProblemShape split_shape(int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nkv, int64_t d,
                                 bool causal = false, CausalAlign align = CausalAlign::bottom_right) {
   ProblemShape s;
@@ -48,10 +55,8 @@ inline std::vector<unsigned char> expect_split_matches(const ProblemShape& s, in
   EXPECT_TRUE(prob.memory_intact(&why)) << why;
   std::vector<unsigned char> after = bytes ? ws.download() : std::vector<unsigned char>{};
   if (num_splits > 1) {  // a split writes its partial results: an unsplit run would pass the checks above too
-    size_t written = 0;
-    for (unsigned char c : after) written += c != 0xFF;
-    EXPECT_GT(written, 0u) << "num_splits = " << num_splits
-                           << ": the workspace was not written, the step did not split";
+    EXPECT_GT(bytes_written(after), 0u) << "num_splits = " << num_splits
+                                        << ": the workspace was not written, the step did not split";
   }
   return after;
 }

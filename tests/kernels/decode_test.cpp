@@ -51,9 +51,7 @@ TEST(Decode, ChoosesItsSplitWithAWorkspace) {
   FA_REQUIRE_GPU();
   // 2 groups on a whole GPU: the kernel splits (the check asserts the workspace was written).
   const std::vector<unsigned char> ws = expect_split_matches(split_shape(1, 8, 2, 1, 8192, 128), 0, kMaxKvSplits);
-  size_t written = 0;
-  for (unsigned char c : ws) written += c != 0xFF;
-  EXPECT_GT(written, 0u) << "num_splits = 0 with a workspace: the decode kernel did not split";
+  EXPECT_GT(testing::bytes_written(ws), 0u) << "num_splits = 0 with a workspace: the decode kernel did not split";
 }
 
 // Runs the kernel on `p` (prob's call with an option the decode kernel alone has) and expects a
