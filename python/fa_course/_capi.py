@@ -229,26 +229,26 @@ def forward(step: int, p: Params, stream: int) -> None:
         raise error_for(code, err.value.decode(errors="replace"))
 
 
-def backward_workspace_size(p: Params) -> int:
-    """Bytes of device scratch memory a backward call on `p`'s sizes needs (dQ's fp32 accumulator, D, the
-    deterministic mode's turnstiles and the LSE in exp2 units; O(N))."""
+def _workspace_size(query, p: Params) -> int:
+    """One of the library's workspace-size queries on `p`, its error raised as the library's."""
     err = ctypes.create_string_buffer(_ERR_LEN)
     size = ctypes.c_size_t(0)
-    code = lib().fa_backward_workspace_size(ctypes.byref(p), ctypes.byref(size), err, _ERR_LEN)
+    code = query(ctypes.byref(p), ctypes.byref(size), err, _ERR_LEN)
     if code != OK:
         raise error_for(code, err.value.decode(errors="replace"))
     return size.value
+
+
+def backward_workspace_size(p: Params) -> int:
+    """Bytes of device scratch memory a backward call on `p`'s sizes needs (dQ's fp32 accumulator, D, the
+    deterministic mode's turnstiles and the LSE in exp2 units; O(N))."""
+    return _workspace_size(lib().fa_backward_workspace_size, p)
 
 
 def forward_workspace_size(p: Params) -> int:
     """Bytes of device scratch memory the library's choice may use on `p` to split its keys (decode:
-    at most 64 query rows per KV head, N_q·H_q/H_kv); 0 when it never splits `p`."""
-    err = ctypes.create_string_buffer(_ERR_LEN)
-    size = ctypes.c_size_t(0)
-    code = lib().fa_forward_workspace_size(ctypes.byref(p), ctypes.byref(size), err, _ERR_LEN)
-    if code != OK:
-        raise error_for(code, err.value.decode(errors="replace"))
-    return size.value
+    at most DECODE_MAX_PACKED_ROWS query rows per KV head, N_q·H_q/H_kv); 0 when it never splits `p`."""
+    return _workspace_size(lib().fa_forward_workspace_size, p)
 
 
 def has_backward(step: int) -> bool:
