@@ -68,7 +68,6 @@ std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
   if (c->dtype != FA_DTYPE_BF16) return "unknown dtype " + std::to_string(c->dtype) + "; supported: 0 (bf16)";
   if (c->causal_align != FA_CAUSAL_TOP_LEFT && c->causal_align != FA_CAUSAL_BOTTOM_RIGHT)
     return "unknown causal_align " + std::to_string(c->causal_align) + "; supported: 0 (top-left), 1 (bottom-right)";
-  if (std::string why = nonzero_reserved(c->reserved); !why.empty()) return why;
   p.q = c->q;
   p.k = c->k;
   p.v = c->v;
@@ -95,6 +94,10 @@ std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
   p.workspace_bytes = c->workspace_bytes;
   p.num_splits = c->num_splits;  // fa::validate judges it (negative, past 64, a short workspace)
   p.seqlens_kv = c->seqlens_kv;
+  p.block_table = c->block_table;  // fa::validate judges the four together
+  p.block_table_stride = c->block_table_stride;
+  p.page_size = c->page_size;
+  p.num_pages = c->num_pages;
   return "";
 }
 

@@ -2,11 +2,11 @@
 // (the query heads of a KV head are the rows of one tile, device/gqa_pack.h), each tile's keys split
 // into S ranges computed by blocks of their own (step 27), partial results merged by their LSEs.
 // Not a lesson: the steps never include it. Both production forwards (kernels 100 and 101) hand it
-// the calls it is for (accepts()): a group's rows fit one tile, N_q·G <= 128 (decode, speculative
+// the calls it is for (accepts()): a group's rows fit one tile, N_q·G <= 64 (decode, speculative
 // decoding, a short chunk of prefill), and either the caller gave a workspace, so the keys can be
-// split, or a length per sequence (step 29's ragged caches, which only this kernel reads), or the
-// packed grid fills the GPU without splitting. On an H200 it reads the KV cache at the
-// memory's rate, 3× what the Hopper forward's 128-row tiles reach on one real row.
+// split, or a length per sequence (step 29's ragged caches) or a block table (step 30's paged
+// caches), which only this kernel reads, or the packed grid fills the GPU without splitting. On an H200 it reads the KV
+// cache at the memory's rate, 3× what the Hopper forward's 128-row tiles reach on one real row.
 //
 // What step 28 hard-wired is the production layer's here: the epilogue (PackedStore, bf16 O or the
 // fp32 partials, kernels/epilogue.h) and the tuner's configuration list; the mask is the call's
@@ -19,6 +19,7 @@
 
 #include "device/gqa_pack.h"
 #include "device/mask.h"
+#include "device/paged_kv.h"
 #include "device/ptx/cp_async.h"
 #include "device/smem_tile.h"
 #include "device/split_combine.h"
@@ -113,10 +114,21 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const int n_blocks = SPLIT ? max(0, min(n_blocks_all, n_begin + per_split) - n_begin) : n_blocks_all;
   const int first_masked =
       max(0, kv_tile_first_masked(queries.first, queries.count, BLOCK_N, n_kv_all, causal, offset_all) - n_begin);
-  const bf16* k_ptr = static_cast<const bf16*>(params.k) + b * params.k_stride.batch + h_kv * params.k_stride.head +
-                      int64_t(key0) * params.k_stride.seq;
-  const bf16* v_ptr = static_cast<const bf16*>(params.v) + b * params.v_stride.batch + h_kv * params.v_stride.head +
-                      int64_t(key0) * params.v_stride.seq;
+  // Step 30's paged caches: K and V are page pools, the sequence's pages in its row of the table.
+  const bool paged = params.block_table != nullptr;
+  const bf16* k_ptr = static_cast<const bf16*>(params.k) + h_kv * params.k_stride.head +
+                      (paged ? 0 : b * params.k_stride.batch + int64_t(key0) * params.k_stride.seq);
+  const bf16* v_ptr = static_cast<const bf16*>(params.v) + h_kv * params.v_stride.head +
+                      (paged ? 0 : b * params.v_stride.batch + int64_t(key0) * params.v_stride.seq);
+  const PagedKv pages{k_ptr,
+                      v_ptr,
+                      params.block_table + b * params.block_table_stride,
+                      params.k_stride.batch,
+                      params.k_stride.seq,
+                      params.v_stride.batch,
+                      params.v_stride.seq,
+                      log2_of_power_of_two(params.page_size),
+                      int(params.num_pages) - 1};
   const int row0 = m_start + warp * ROWS_PER_WARP;  // this warp's first packed row
 
   auto k_tile_of = [&](int n_block) { return next_tile(kv_ring, 2 * (n_block % STAGES)); };
@@ -124,6 +136,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   auto load_kv = [&](int n_block) {
     const int n_start = n_block * BLOCK_N;
     const int kv_rows = min(BLOCK_N, n_kv - n_start);
+    if (paged) {
+      load_paged_kv_async<NUM_THREADS>(k_tile_of(n_block), v_tile_of(n_block), pages, key0 + n_start, kv_rows);
+      return;
+    }
     load_tile_async<NUM_THREADS>(k_tile_of(n_block), k_ptr + n_start * params.k_stride.seq, params.k_stride.seq,
                                  kv_rows);
     load_tile_async<NUM_THREADS>(v_tile_of(n_block), v_ptr + n_start * params.v_stride.seq, params.v_stride.seq,
@@ -329,8 +345,8 @@ bool accepts(const AttentionParams& p) {
   if (p.head_dim != 64 && p.head_dim != 128) return false;
   const int64_t rows = p.seqlen_q * (p.heads_q / p.heads_kv);
   if (rows > kMaxPackedRows) return false;
-  if (p.workspace != nullptr || p.num_splits > 1) return true;  // it can split: always the better kernel
-  if (p.seqlens_kv != nullptr) return true;                     // a length per sequence: only it reads them
+  if (p.workspace != nullptr || p.num_splits > 1) return true;           // it can split: always the better kernel
+  if (p.seqlens_kv != nullptr || p.block_table != nullptr) return true;  // only it reads lengths and pages
   // Without a workspace it cannot split: only where its packed grid alone fills the GPU (one block
   // per SM), else the prefill kernel's G times more blocks read faster.
   const int sms = autotune::current_device().sm_count;  // queried once per device
@@ -340,12 +356,14 @@ bool accepts(const AttentionParams& p) {
 Status route(const AttentionParams& p, cudaStream_t stream, bool* taken) {
   *taken = accepts(p);
   if (*taken) return forward(p, stream);
-  if (p.seqlens_kv != nullptr)
-    return Status::Unsupported(
-        "a length per sequence (seqlens_kv) is for calls whose query rows times H_q / H_kv are "
-        "at most " +
-        std::to_string(kMaxPackedRows) + " (decode); this call has " +
-        std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv)) + " and head dim " + std::to_string(p.head_dim));
+  if (p.seqlens_kv != nullptr || p.block_table != nullptr)
+    return Status::Unsupported(std::string(p.block_table != nullptr ? "a paged KV cache (block_table)"
+                                                                    : "a length per sequence (seqlens_kv)") +
+                               " is for calls whose query rows times H_q / H_kv are "
+                               "at most " +
+                               std::to_string(kMaxPackedRows) + " (decode); this call has " +
+                               std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv)) + " and head dim " +
+                               std::to_string(p.head_dim));
   if (p.num_splits > 1)
     return Status::Unsupported("split-KV (num_splits = " + std::to_string(p.num_splits) +
                                ") is for calls whose query rows times H_q / H_kv are at most " +

@@ -63,7 +63,10 @@ struct Tensor {
 constexpr const char* kAxes[4] = {"batch", "head", "sequence", "dim"};
 
 // A tensor of the call `p`: (B, H_q, N_q, D) on the query side (Q, O, dO, dQ), else (B, H_kv, N_kv, D).
+// With a block table, K and V are pools of pages: (num_pages, H_kv, page_size, D), `batch` the page.
 Tensor call_tensor(const AttentionParams& p, const char* name, const void* ptr, bool q_side, const Strides& s) {
+  if (!q_side && p.block_table)
+    return Tensor{name, ptr, {p.num_pages, p.heads_kv, p.page_size, p.head_dim}, {s.batch, s.head, s.seq, s.dim}};
   return Tensor{name,
                 ptr,
                 {p.batch, q_side ? p.heads_q : p.heads_kv, q_side ? p.seqlen_q : p.seqlen_kv, p.head_dim},
@@ -163,6 +166,35 @@ Status check_no_self_overlap(const Tensor& t) {
   return Status::Ok();
 }
 
+// A paged KV cache (Part V): the step reads one, the page size is a power of two (the kernel
+// shifts and masks a key's index into page and row), there are pages, and the table has a row of
+// at least ⌈N_kv / page_size⌉ entries per sequence, 4-byte aligned. The page numbers themselves are
+// in device memory, out of the host's sight: the kernel clamps them to [0, num_pages).
+Status check_paged(const AttentionParams& p, const Capabilities& caps) {
+  if (!p.block_table) {
+    if (p.page_size != 0 || p.num_pages != 0 || p.block_table_stride != 0)
+      return fail(
+          "page_size, num_pages and block_table_stride are for a paged KV cache: set block_table, or zero them");
+    return Status::Ok();
+  }
+  if (!caps.paged_kv)
+    return fail(
+        "this step reads K and V as (B, H_kv, N_kv, D) tensors: block_table must be null (paged KV caches "
+        "are Part V's)");
+  if (!aligned(p.block_table, 4)) return fail("block_table must be 4-byte aligned (int32)");
+  if (p.page_size < 1 || p.page_size > kInt32Max || (p.page_size & (p.page_size - 1)) != 0)
+    return fail("page_size must be a power of two (got " + std::to_string(p.page_size) + ")");
+  if (p.num_pages < 1 || p.num_pages > kInt32Max)
+    return fail("num_pages must be in [1, 2^31 - 1] (got " + std::to_string(p.num_pages) + ")");
+  const int64_t pages_per_sequence = p.seqlen_kv / p.page_size + (p.seqlen_kv % p.page_size != 0);
+  if (p.block_table_stride < pages_per_sequence)
+    return fail("block_table_stride (" + std::to_string(p.block_table_stride) +
+                ") must hold a sequence's pages: N_kv / page_size rounded up = " + std::to_string(pages_per_sequence));
+  if (p.batch > 1 && p.block_table_stride > (int64_t(1) << 40))
+    return fail("block_table_stride " + std::to_string(p.block_table_stride) + " is not a table's");
+  return Status::Ok();
+}
+
 // The launch limits of the step's kernels: the same numbers its launcher obeys.
 Status check_launch_limits(const AttentionParams& p, const Capabilities& caps) {
   if (caps.max_seqlen > 0 && (p.seqlen_q > caps.max_seqlen || p.seqlen_kv > caps.max_seqlen))
@@ -242,6 +274,7 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
   if (!(p.effective_scale() > 0.0f) || !std::isfinite(p.effective_scale()))
     return fail("softmax scale must be positive and finite");
 
+  if (Status st = check_paged(p, caps); !st.ok()) return st;
   auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
     return call_tensor(p, name, ptr, q_side, s);
   };
@@ -301,12 +334,26 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
   if (p.seqlens_kv && !caps.seqlens_kv)
     return fail("this step gives every sequence seqlen_kv keys: seqlens_kv must be null (ragged caches are Part V's)");
   if (p.seqlens_kv && !aligned(p.seqlens_kv, 4)) return fail("seqlens_kv must be 4-byte aligned (int32)");
-  if ((p.num_splits > 1 || p.seqlens_kv) && caps.decode_max_packed_rows > 0 && p.heads_kv > 0 &&
+  if ((p.num_splits > 1 || p.seqlens_kv || p.block_table) && caps.decode_max_packed_rows > 0 && p.heads_kv > 0 &&
       p.seqlen_q * (p.heads_q / p.heads_kv) > caps.decode_max_packed_rows)
-    return fail(std::string(p.seqlens_kv ? "a length per sequence (seqlens_kv)" : "split-KV (num_splits > 1)") +
+    return fail(std::string(p.block_table  ? "a paged KV cache (block_table)"
+                            : p.seqlens_kv ? "a length per sequence (seqlens_kv)"
+                                           : "split-KV (num_splits > 1)") +
                 " is for decode calls here: at most " + std::to_string(caps.decode_max_packed_rows) +
                 " query rows per KV head (N_q·H_q/H_kv); this call has " +
                 std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv)));
+
+  // The block table is read while O, the LSE and the workspace are written: no byte in common.
+  if (p.block_table) {
+    const u128 table_bytes = (u128(uint64_t(p.batch - 1)) * u128(uint64_t(p.block_table_stride)) +
+                              u128(uint64_t(p.seqlen_kv / p.page_size + (p.seqlen_kv % p.page_size != 0)))) *
+                             4;
+    if (Status st = check_address_range("block_table", p.block_table, table_bytes); !st.ok()) return st;
+    if (overlaps(p.block_table, table_bytes, p.o, o_bytes) ||
+        (p.lse && overlaps(p.block_table, table_bytes, p.lse, lse_bytes)) ||
+        (p.workspace && overlaps(p.block_table, table_bytes, p.workspace, u128(p.workspace_bytes))))
+      return fail("block_table overlaps o, lse or the workspace: the call writes those while it reads the table");
+  }
 
   // Launch limits of the step's kernels, here rather than in its launcher, so that fa_validate
   // accepts exactly what forward accepts.
@@ -334,6 +381,7 @@ Status validate_backward(const BackwardParams& bp, const Capabilities& caps) {
   if (bp.deterministic && !caps.deterministic_backward)
     return fail("this step's backward has no deterministic mode (its dQ atomics race); a later step adds it");
   if (Status st = validate_input(p, caps); !st.ok()) return st;
+  if (Status st = check_paged(p, caps); !st.ok()) return st;
   auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
     return call_tensor(p, name, ptr, q_side, s);
   };

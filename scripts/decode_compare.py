@@ -40,7 +40,8 @@ def run_course(args, tmp):
     cmd = [args.fa2, "decode", "--steps", args.steps, "--shapes", args.shapes, "--h", str(args.h), "--hkv",
            str(args.hkv), "--nq", str(args.nq), "--d", str(args.d), "--splits", args.splits, "--iters", str(args.iters),
            "--repeats", str(args.repeats), "--csv", path] + (["--causal"] if args.causal else []) + \
-        (["--seqlens"] if args.seqlens else []) + (["--ragged"] if args.ragged else [])
+        (["--seqlens"] if args.seqlens else []) + (["--ragged"] if args.ragged else []) + \
+        (["--page-size", str(args.page_size)] if args.page_size else [])
     compare.log("running " + " ".join(cmd))
     env = dict(os.environ, FA_COMMIT=args.commit) if args.commit else None
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -132,6 +133,9 @@ def main():
     ap.add_argument("--ragged", action="store_true",
                     help="the course's steps only, sequences of different lengths (fa2 decode --ragged); SDPA "
                          "has no lengths and is left out")
+    ap.add_argument("--page-size", type=int, default=0,
+                    help="the steps that read a block table get the same keys in pages of this many (fa2 decode "
+                         "--page-size); SDPA reads the unpaged cache")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--commit", default="")

@@ -18,6 +18,12 @@
 // the sequences different lengths, ragged_length(): N_kv times a permutation of 8/8, 5/8, 2/8, 7/8,
 // 4/8, 1/8, 6/8, 3/8 over the batch; only the steps that read lengths run, each sequence is checked
 // against the fp32 GPU reference on its own keys, and the bytes are those of the keys that exist.
+//
+// `--page-size P` (a power of two dividing N_kv) gives the steps that read a block table
+// (Capabilities::paged_kv) the same keys in a paged cache: pools of (B·N_kv/P, P, H_kv, D) pages, and
+// sequence b's page i is pool page i·B + b, the pages of sequences that grew together interleaved,
+// as a serving engine hands them out. The cache is then (B, N_kv, H_kv, D) for every step (a page is
+// a contiguous run of its rows); the steps that do not page read it unpaged.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -105,7 +111,10 @@ double median_of(std::vector<double> v) {
 
 int cmd_decode(const std::vector<std::string>& args) {
   CliArgs cli(args, {"causal", "list", "seqlens", "ragged"},
-              {"steps", "shapes", "h", "hkv", "nq", "d", "splits", "csv", "iters", "warmup", "repeats"});
+              {"steps", "shapes", "h", "hkv", "nq", "d", "splits", "csv", "iters", "warmup", "repeats", "page-size"});
+  const int64_t page_size = cli.get_int("page-size", 0);
+  if (page_size < 0 || (page_size & (page_size - 1)) != 0)
+    throw std::invalid_argument("--page-size takes a power of two (got " + std::to_string(page_size) + ")");
   const std::vector<int64_t> step_numbers = cli.get_int_list("steps", {16, 27});
   const std::vector<DecodeShape> shapes =
       parse_shapes(cli.get("shapes", "1:8k,8:8k,32:8k,128:8k,1:128k,4:64k,32:1k,256:1k"));
@@ -133,11 +142,16 @@ int cmd_decode(const std::vector<std::string>& args) {
     ProblemShape s;
     s.batch = d.batch, s.heads_q = heads_q, s.heads_kv = heads_kv, s.seqlen_q = n_q, s.seqlen_kv = d.seqlen_kv;
     s.head_dim = head_dim, s.causal = cli.flag("causal"), s.align = CausalAlign::bottom_right;
-    s.kv_pad_rows = 0;  // a contiguous cache, as a model passes it
+    s.kv_pad_rows = 0;                           // a contiguous cache, as a model passes it
+    if (page_size > 0) s.layout = Layout::bnhd;  // (B, N_kv, H_kv, D): a page is a run of rows
     s.with_lse = true;
     return s;
   };
   std::vector<DecodePoint> points;
+  for (const DecodeShape& d : shapes)
+    if (page_size > 0 && d.seqlen_kv % page_size != 0)
+      throw std::invalid_argument("--page-size " + std::to_string(page_size) + " must divide every N_kv (got " +
+                                  std::to_string(d.seqlen_kv) + ")");
   for (const DecodeShape& d : shapes)
     for (const StepInfo* st : steps_run) {
       const std::vector<std::string> asks = st->caps.split_kv ? split_list : std::vector<std::string>{"-"};
@@ -203,6 +217,25 @@ int cmd_decode(const std::vector<std::string>& args) {
     // same), to time a ragged-cache step's path.
     DeviceBuffer<int32_t> seqlens(size_t(d.batch));
     seqlens.upload(lengths);
+    // --page-size: the same keys paged; sequence b's page i is pool page i·B + b, so one strided copy
+    // per sequence and tensor builds the pools.
+    const int64_t pages_per_seq = page_size > 0 ? d.seqlen_kv / page_size : 0;
+    const int64_t page_elems = page_size * heads_kv * head_dim;
+    DeviceBuffer<__nv_bfloat16> k_pool(size_t(d.batch * pages_per_seq * page_elems)),
+        v_pool(size_t(d.batch * pages_per_seq * page_elems));
+    DeviceBuffer<int32_t> table(size_t(d.batch * pages_per_seq));
+    if (page_size > 0) {
+      std::vector<int32_t> t(size_t(d.batch * pages_per_seq));
+      for (int64_t b = 0; b < d.batch; ++b)
+        for (int64_t i = 0; i < pages_per_seq; ++i) t[size_t(b * pages_per_seq + i)] = int32_t(i * d.batch + b);
+      table.upload(t);
+      for (int64_t b = 0; b < d.batch; ++b)
+        for (const auto& [to, from] : {std::pair{k_pool.get(), base.k}, std::pair{v_pool.get(), base.v}})
+          FA_CUDA_CHECK(cudaMemcpy2D(to + b * page_elems, size_t(d.batch * page_elems) * 2,
+                                     static_cast<const __nv_bfloat16*>(from) + b * base.k_stride.batch,
+                                     size_t(page_elems) * 2, size_t(page_elems) * 2, size_t(pages_per_seq),
+                                     cudaMemcpyDeviceToDevice));
+    }
     std::vector<std::pair<DecodePoint*, AttentionParams>> ready;
     for (DecodePoint& pt : points) {
       if (pt.status != "ok" || pt.shape.batch != d.batch || pt.shape.seqlen_kv != d.seqlen_kv) continue;
@@ -216,6 +249,13 @@ int cmd_decode(const std::vector<std::string>& args) {
         FA_CUDA_CHECK(cudaMemset(workspace.get(), 0xFF, ws_bytes));
       }
       if ((cli.flag("seqlens") || cli.flag("ragged")) && st.caps.seqlens_kv) p.seqlens_kv = seqlens.get();
+      if (page_size > 0 && st.caps.paged_kv) {
+        p.k = k_pool.get(), p.v = v_pool.get();
+        p.k_stride = p.v_stride = Strides{page_elems, head_dim, heads_kv * head_dim, 1};
+        p.block_table = table.get(), p.block_table_stride = pages_per_seq;
+        p.page_size = page_size, p.num_pages = d.batch * pages_per_seq;
+        pt.note = "paged";
+      }
       prob.poison_outputs();
       const Status s = st.forward(p, nullptr);
       FA_CUDA_CHECK(cudaDeviceSynchronize());
@@ -260,6 +300,11 @@ int cmd_decode(const std::vector<std::string>& args) {
       (long long)head_dim, cli.flag("causal") ? " causal" : "", opt.iters, repeats);
   if (cli.flag("ragged"))
     std::printf("Ragged: sequence b holds N_kv·(8 − 3b mod 8)/8 keys; KV TB/s counts the keys that exist.\n\n");
+  if (page_size > 0)
+    std::printf(
+        "Paged: pages of %lld keys, sequence b's page i at pool page i·B + b, for the steps that read a "
+        "block table (status \"paged\"); the others read the (B, N_kv, H_kv, D) cache.\n\n",
+        (long long)page_size);
   std::printf("| step | B | N_kv | splits asked | used | µs | KV TB/s | max err | status |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   std::ofstream csv;

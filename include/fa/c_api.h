@@ -40,7 +40,10 @@ extern "C" {
 /// library is refused: its first field, a pointer, is no struct size. Version 4 turns three of
 /// `fa_attention_params::reserved` into the split-KV `workspace`, `workspace_bytes` and `num_splits`
 /// (zero: today's behaviour, the struct's size unchanged) and adds `fa_forward_workspace_size`.
-#define FA_C_API_VERSION 4
+/// Version 5 turns the last four into the paged KV cache's `block_table`, `block_table_stride`,
+/// `page_size` and `num_pages` (zero: K and V are (B, H_kv, N_kv, D) tensors, as before); later
+/// fields grow the struct at its end (`struct_size`).
+#define FA_C_API_VERSION 5
 
 /// @brief The step argument that asks the library to choose: the fastest kernel this GPU runs that
 /// accepts the call: the production kernels first (101 on Hopper, 100 on mma.sync), then the steps,
@@ -130,9 +133,16 @@ typedef struct fa_attention_params {
   /// only (at most 64 query rows per KV head); other calls with it are refused.
   const int32_t* seqlens_kv;
 
-  /// Must be zero (zero-fill the struct). A later version turns these into new fields, whose zero
-  /// value keeps today's behaviour, so the struct's size and today's callers stay valid.
-  int64_t reserved[4];
+  /// Paged KV cache (flash-attn's block_table): K and V are pools of pages, (num_pages, page_size,
+  /// H_kv, D) described by their strides (`FA_AXIS_BATCH` between pages, `FA_AXIS_SEQ` between a
+  /// page's rows), and key j of sequence b is row j % page_size of page
+  /// block_table[b·block_table_stride + j / page_size] (int32, device memory; numbers outside
+  /// [0, num_pages) are clamped). seqlen_kv is the capacity, at most block_table_stride·page_size.
+  /// NULL (and the three below zero): no paging. Decode calls only, as seqlens_kv.
+  const int32_t* block_table;
+  int64_t block_table_stride;  ///< int32 entries between two sequences' rows of the table
+  int64_t page_size;           ///< keys per page, a power of two
+  int64_t num_pages;           ///< pages in K and in V
 } fa_attention_params;
 
 /// @brief `FA_C_API_VERSION` of the loaded library.

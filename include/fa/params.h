@@ -96,6 +96,17 @@ struct AttentionParams {
   /// seqlen_kv is then the caches' capacity. nullptr: every sequence has seqlen_kv keys. Only steps
   /// whose Capabilities::seqlens_kv is set accept it.
   const int32_t* seqlens_kv = nullptr;
+  /// Paged KV cache (Part V): K and V are pools of pages, (num_pages, page_size, H_kv, D) in
+  /// flash-attn's layout, and sequence b's key j lives in row j % page_size of page
+  /// block_table[b·block_table_stride + j / page_size]. k_stride and v_stride then describe a page:
+  /// `batch` is the stride between pages, `seq` between a page's rows, `head` between heads.
+  /// seqlen_kv stays the sequences' capacity (at most block_table_stride·page_size keys). nullptr: K
+  /// and V are (B, H_kv, N_kv, D). Only steps whose Capabilities::paged_kv is set accept it; page
+  /// numbers outside [0, num_pages) are the kernel's to clamp (the host cannot see them).
+  const int32_t* block_table = nullptr;
+  int64_t block_table_stride = 0;  ///< int32 entries between consecutive sequences' rows of the table
+  int64_t page_size = 0;           ///< keys per page: a power of two (the kernel shifts and masks)
+  int64_t num_pages = 0;           ///< pages in K and in V
 
   /// @brief The scale actually used: `softmax_scale`, or 1/sqrt(D) when it is zero.
   float effective_scale() const {

@@ -47,7 +47,9 @@ struct Capabilities {
   bool split_kv = false;
   /// Takes a length per sequence (AttentionParams::seqlens_kv): Part V's ragged KV caches.
   bool seqlens_kv = false;
-  /// Where split-KV and lengths per sequence are a decode kernel's (the production forwards): only
+  /// Reads K and V through a block table (AttentionParams::block_table): Part V's paged KV cache.
+  bool paged_kv = false;
+  /// Where split-KV, lengths per sequence and paged caches are a decode kernel's (the production forwards): only
   /// for calls with N_q·H_q/H_kv at most this many query rows per KV head. 0: any call.
   int64_t decode_max_packed_rows = 0;
 };

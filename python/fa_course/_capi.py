@@ -20,7 +20,7 @@ OK, ERROR_INVALID, ERROR_UNSUPPORTED, ERROR_RUNTIME = 0, 1, 2, 3
 CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1
 DTYPE_BF16 = 0
 STEP_AUTO = -1  # FA_STEP_AUTO: the library chooses the kernel
-API_VERSION = 4  # FA_C_API_VERSION this module was written against
+API_VERSION = 5  # FA_C_API_VERSION this module was written against
 # The most query rows per KV head (N_q·H_q/H_kv) the library's decode kernel takes
 # (library/split_kv.h's kDecodeMaxPackedRows): a call with more never gets a split workspace.
 DECODE_MAX_PACKED_ROWS = 64
@@ -68,7 +68,8 @@ class Params(ctypes.Structure):
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
         ("num_splits", ctypes.c_int32), ("reserved_flags", ctypes.c_int32),
         ("seqlens_kv", ctypes.c_void_p),
-        ("reserved", ctypes.c_int64 * 4),
+        ("block_table", ctypes.c_void_p), ("block_table_stride", ctypes.c_int64), ("page_size", ctypes.c_int64),
+        ("num_pages", ctypes.c_int64),
     ]
 
 
@@ -175,7 +176,8 @@ def steps() -> list:
 _PACK = struct.Struct("=6Q6q16qf3i")
 assert all(getattr(Params, f).offset == o for f, o in (("q", 8), ("batch", 48), ("strides", 96),
                                                         ("softmax_scale", 224), ("dtype", 236), ("workspace", 240),
-                                                        ("num_splits", 256), ("seqlens_kv", 264), ("reserved", 272)))
+                                                        ("num_splits", 256), ("seqlens_kv", 264), ("block_table", 272),
+                                                        ("num_pages", 296)))
 
 
 def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q: int, heads_kv: int,
@@ -183,7 +185,7 @@ def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q
                 softmax_scale: float = 0.0, causal: bool = False, bottom_right: bool = False) -> Params:
     """A filled fa_attention_params: pointers as integers (0 = NULL), strides[tensor][axis] in elements
     for Q, K, V, O and the axes (batch, head, sequence, dim)."""
-    p = Params()  # zeroed, `reserved` included
+    p = Params()  # zeroed: no split, no lengths, no pages
     # The scale as C converts it to fp32: a double past fp32's range becomes ±inf (which the library
     # refuses), where struct's "f" would raise OverflowError.
     scale = ctypes.c_float(float(softmax_scale)).value

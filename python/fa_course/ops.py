@@ -33,8 +33,9 @@ def _params(q, k, v, o, lse, causal, bottom_right, softmax_scale) -> _capi.Param
         bottom_right=bottom_right)
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """What the C interface cannot see: tensor kinds. Shapes and strides are the library's to judge."""
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, paged: bool = False) -> None:
+    """What the C interface cannot see: tensor kinds. Shapes and strides are the library's to judge.
+    paged: k and v are pools of pages, (num_pages, page_size, H_kv, D), whose first size is not B."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise ValueError(f"fa_course.attention: {name} must be 4-D (B, N, H, D), got shape {tuple(t.shape)}")
@@ -46,7 +47,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"fa_course.attention: q, k, v on different devices ({q.device}, {k.device}, {v.device})")
     if k.shape != v.shape:
         raise ValueError(f"fa_course.attention: k and v differ in shape: {tuple(k.shape)} vs {tuple(v.shape)}")
-    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+    if (not paged and q.shape[0] != k.shape[0]) or q.shape[3] != k.shape[3]:
         raise ValueError(f"fa_course.attention: q {tuple(q.shape)} and k {tuple(k.shape)} differ in B or D")
 
 
@@ -369,7 +370,11 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             alibi_slopes=None, num_splits: int = 0, return_softmax_lse: bool = False):
     """flash-attn's `flash_attn_with_kvcache`, same names, order and layout, for decoding: q (B, N_q,
     H_q, D); k_cache and v_cache (B, capacity, H_kv, D), sequence b's first cache_seqlens[b] rows in
-    use (an int: every sequence; None: the whole capacity). With k and v (B, N_new, H_kv, D) the new
+    use (an int: every sequence; None: the whole capacity). With block_table (int32, (B,
+    max_blocks_per_sequence)) the caches are paged: k_cache and v_cache are pools (num_blocks,
+    page_block_size, H_kv, D), the page size a power of two, and sequence b's key j is row
+    j % page_block_size of block block_table[b, j // page_block_size]; the capacity is
+    max_blocks_per_sequence · page_block_size. With k and v (B, N_new, H_kv, D) the new
     tokens are first written into the caches at rows cache_seqlens[b] .. + N_new (in place), and
     attention sees them too. `causal` is aligned bottom-right to each sequence's length. Inference
     only (no gradient), bf16, on the library's decode kernel: at most 64 query rows per KV head
@@ -377,21 +382,29 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     (num_splits: 0 lets the library choose). Returns out, or (out, softmax_lse) with
     return_softmax_lse=True (fp32, (B, H_q, N_q)).
 
-    Refused with NotImplementedError: rotary embeddings, cache_batch_idx, cache_leftpad, block_table
-    (a paged cache), window_size, softcap, alibi_slopes. The append is PyTorch indexing before the
+    Refused with NotImplementedError: rotary embeddings, cache_batch_idx, cache_leftpad, window_size,
+    softcap, alibi_slopes. The append is PyTorch indexing before the
     kernel, not fused into it; outside a CUDA graph it refuses (writing nothing) a sequence whose new
     tokens would pass the capacity, inside one that is the caller's to avoid, as in flash-attn."""
     fn = "flash_attn_with_kvcache"
     for name, given in (("rotary embeddings (rotary_cos, rotary_sin)", rotary_cos is not None or rotary_sin is not None),
                         ("cache_batch_idx", cache_batch_idx is not None), ("cache_leftpad", cache_leftpad is not None),
-                        ("a paged KV cache (block_table)", block_table is not None),
                         (f"a sliding window (window_size={tuple(window_size)})", tuple(window_size) != (-1, -1)),
                         (f"logit softcapping (softcap={softcap})", bool(softcap)),
                         ("ALiBi (alibi_slopes)", alibi_slopes is not None)):
         if given:
             raise _unsupported(name, fn)
-    _check(q, k_cache, v_cache)
+    paged = block_table is not None
+    _check(q, k_cache, v_cache, paged)
     b, capacity = k_cache.shape[0], k_cache.shape[1]
+    if paged:
+        if (block_table.dim() != 2 or block_table.dtype != torch.int32 or block_table.device != q.device or
+                block_table.shape[0] != q.shape[0] or block_table.stride(1) != 1):
+            raise ValueError(f"fa_course.{fn}: block_table must be an int32 (B, max_blocks_per_sequence) tensor on "
+                             f"{q.device}, B = {q.shape[0]}, its rows contiguous; got {block_table.dtype} "
+                             f"{tuple(block_table.shape)} strides {block_table.stride()} on {block_table.device}")
+        page_size = k_cache.shape[1]
+        b, capacity = q.shape[0], block_table.shape[1] * page_size
     if (k is None) != (v is None):
         raise ValueError(f"fa_course.{fn}: give both k and v (the new tokens), or neither")
     if cache_seqlens is None:
@@ -416,7 +429,10 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                                  f"cache_seqlens + {n_new} <= the caches' capacity ({capacity}); got "
                                  f"{seqlens.tolist()}; nothing was written")
         rows = seqlens.long()[:, None] + torch.arange(n_new, device=q.device)  # (B, N_new)
-        batch = torch.arange(b, device=q.device)[:, None].expand_as(rows)
+        if paged:  # key j: row j % page_size of page block_table[b, j // page_size]
+            batch, rows = block_table.long().gather(1, rows // page_size), rows % page_size
+        else:
+            batch = torch.arange(b, device=q.device)[:, None].expand_as(rows)
         k_cache[batch, rows] = k
         v_cache[batch, rows] = v
         seqlens = seqlens + n_new
@@ -429,6 +445,9 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         raise ValueError(f"fa_course.{fn}: softmax_scale {softmax_scale} rounds to 0 in fp32")
     p = _params(q, k_cache, v_cache, o, lse, bool(causal), True, scale)
     p.seqlens_kv = seqlens.data_ptr()
+    if paged:  # K and V strides are a page's (_strides: between pages, heads, a page's rows)
+        p.seqlen_kv, p.block_table, p.block_table_stride = capacity, block_table.data_ptr(), block_table.stride(0)
+        p.page_size, p.num_pages = page_size, k_cache.shape[0]
     p.num_splits = int(num_splits)
     workspace = None
     nbytes = _capi.forward_workspace_size(p)

@@ -1,6 +1,6 @@
 // The forward's split-KV rules (library/validate.cpp) on stand-in pointers, no GPU: the split
-// count, which steps accept a split, the workspace a split needs, and ragged cache lengths. Each refusal names what is
-// wrong.
+// count, which steps accept a split, the workspace a split needs, ragged cache lengths and paged
+// caches' block tables. Each refusal names what is wrong.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -129,6 +129,86 @@ TEST(ValidateSplitKv, DecodeOnlyWhereTheStepSaysSo) {
   EXPECT_NE(st.message().find("split-KV (num_splits > 1) is for decode calls"), std::string::npos) << st.message();
   c.decode_max_packed_rows = 0;  // a step that splits any call
   EXPECT_TRUE(validate(p, c).ok()) << validate(p, c).message();
+}
+
+// A paged cache (step 30): decode() with K and V as pools of 64-key pages, (pages, 64, H_kv, D).
+AttentionParams paged(int64_t page_size = 64) {
+  AttentionParams p = decode();
+  p.block_table = static_cast<const int32_t*>(stand_in(8));
+  p.page_size = page_size;
+  p.block_table_stride = (p.seqlen_kv + page_size - 1) / page_size;
+  p.num_pages = p.batch * p.block_table_stride;
+  p.k_stride = p.v_stride = Strides{page_size * p.heads_kv * p.head_dim, p.head_dim, p.heads_kv * p.head_dim, 1};
+  return p;
+}
+
+Capabilities paged_caps() {
+  Capabilities c = caps(true);
+  c.seqlens_kv = c.paged_kv = true;
+  return c;
+}
+
+void expect_paged_refused(const AttentionParams& p, const std::string& why) {
+  const Status st = validate(p, paged_caps());
+  EXPECT_FALSE(st.ok()) << "accepted; expected a refusal about: " << why;
+  EXPECT_NE(st.message().find(why), std::string::npos) << "expected \"" << why << "\", got: " << st.message();
+}
+
+TEST(ValidatePagedKv, OnlyWhereTheStepReadsATable) {
+  const AttentionParams p = paged();
+  expect_refused(p, true, "block_table must be null");
+  EXPECT_TRUE(validate(p, paged_caps()).ok()) << validate(p, paged_caps()).message();
+  AttentionParams q = p;
+  q.page_size = 1;  // one key per page: a power of two too
+  q.block_table_stride = q.seqlen_kv;
+  EXPECT_TRUE(validate(q, paged_caps()).ok()) << validate(q, paged_caps()).message();
+}
+
+TEST(ValidatePagedKv, PageSizeTableAndPool) {
+  AttentionParams p = paged();
+  p.page_size = 48;
+  expect_paged_refused(p, "page_size must be a power of two (got 48)");
+  p = paged();
+  p.page_size = 0;
+  expect_paged_refused(p, "page_size must be a power of two");
+  p = paged();
+  p.block_table_stride = 127;  // 8192 keys in pages of 64: 128 entries
+  expect_paged_refused(p, "block_table_stride (127) must hold a sequence's pages: N_kv / page_size rounded up = 128");
+  p = paged();
+  p.num_pages = 0;
+  expect_paged_refused(p, "num_pages must be in [1, 2^31 - 1]");
+  p = paged();
+  p.block_table = reinterpret_cast<const int32_t*>(static_cast<const char*>(stand_in(8)) + 2);
+  expect_paged_refused(p, "block_table must be 4-byte aligned");
+  p = paged();
+  p.block_table = static_cast<const int32_t*>(p.o);  // the table where the output goes
+  expect_paged_refused(p, "block_table overlaps o, lse or the workspace");
+  p = decode();
+  p.page_size = 64;  // paging fields without a table: a mistake, not ignored
+  expect_paged_refused(p, "page_size, num_pages and block_table_stride are for a paged KV cache");
+}
+
+// K and V are judged as pools: (num_pages, H_kv, page_size, D) through their page strides.
+TEST(ValidatePagedKv, KAndVAreJudgedAsPoolsOfPages) {
+  AttentionParams p = paged();
+  EXPECT_TRUE(validate(p, paged_caps()).ok());
+  p.num_pages = int64_t(1) << 30;  // 2^30 pages of 64·8·128 bf16: 2^47 bytes, past O's stand-in 2^45 bytes on
+  expect_paged_refused(p, "o overlaps q, k or v");
+  p = paged();
+  p.k_stride.seq = 100;  // rows not 16-byte aligned
+  expect_paged_refused(p, "k strides must be multiples of 8 elements");
+}
+
+TEST(ValidatePagedKv, DecodeOnlyWhereTheStepSaysSo) {
+  Capabilities c = paged_caps();
+  c.decode_max_packed_rows = 64;
+  AttentionParams p = paged();
+  EXPECT_TRUE(validate(p, c).ok()) << validate(p, c).message();
+  p.seqlen_q = 17;  // 68 rows per KV head
+  p.q_stride = p.o_stride = bhnd_strides(p.heads_q, p.seqlen_q, p.head_dim);
+  const Status st = validate(p, c);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("a paged KV cache (block_table) is for decode calls"), std::string::npos) << st.message();
 }
 
 }  // namespace

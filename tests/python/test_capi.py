@@ -47,8 +47,8 @@ def test_make_params_fills_every_field_it_is_given():
     assert [list(row) for row in p.strides] == strides
     assert (p.softmax_scale, p.causal, p.causal_align, p.dtype) == (0.125, 1, _capi.CAUSAL_BOTTOM_RIGHT,
                                                                     _capi.DTYPE_BF16)
-    assert list(p.reserved) == [0] * 4
     assert (p.workspace, p.workspace_bytes, p.num_splits, p.reserved_flags, p.seqlens_kv) == (None, 0, 0, 0, None)
+    assert (p.block_table, p.block_table_stride, p.page_size, p.num_pages) == (None, 0, 0, 0)
     assert p.struct_size == ctypes.sizeof(_capi.Params)
     null = _capi.make_params(q=0, k=0, v=0, o=0, lse=0, batch=1, heads_q=1, heads_kv=1, seqlen_q=1, seqlen_kv=1,
                              head_dim=64, strides=strides)

@@ -278,11 +278,56 @@ def test_captured_decode_step_replays_as_the_cache_grows():
         seqlens += 1
 
 
+@pytest.mark.parametrize("page_size,n_new", [(16, 1), (256, 2)])
+def test_flash_attn_with_kvcache_paged_appends_through_the_block_table(page_size, n_new):
+    """A paged cache (vLLM's layout, flash-attn's block_table): a pool of pages, NaN where no sequence
+    keeps a token, each sequence's pages shuffled through the pool. The new tokens land in the page and
+    row the table names, attention reads each sequence's keys through its pages, and the result is the
+    unpaged call's on the same keys."""
+    b, h_q, h_kv, d, pages_per_seq = 3, 8, 2, 128, 4
+    g = torch.Generator(device=DEV).manual_seed(51)
+    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
+    num_pages = b * pages_per_seq + 2
+    order = torch.randperm(b * pages_per_seq, generator=torch.Generator().manual_seed(52)).to(DEV)
+    block_table = order.view(b, pages_per_seq).to(torch.int32)
+    cap = pages_per_seq * page_size
+    lengths = [5, cap - n_new, 0]
+    k_flat, v_flat = rnd(b, cap, h_kv, d), rnd(b, cap, h_kv, d)  # each sequence's keys, unpaged
+    k_cache = torch.full((num_pages, page_size, h_kv, d), float("nan"), dtype=torch.bfloat16, device=DEV)
+    v_cache = k_cache.clone()
+    for i, n in enumerate(lengths):
+        for j in range(n):
+            page, row = int(block_table[i, j // page_size]), j % page_size
+            k_cache[page, row], v_cache[page, row] = k_flat[i, j], v_flat[i, j]
+    q, k, v = rnd(b, n_new, h_q, d), rnd(b, n_new, h_kv, d), rnd(b, n_new, h_kv, d)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    out, lse = fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens, causal=True,
+                                                 block_table=block_table, return_softmax_lse=True)
+    for i, n in enumerate(lengths):
+        for t in range(n_new):
+            page, row = int(block_table[i, (n + t) // page_size]), (n + t) % page_size
+            torch.testing.assert_close(k_cache[page, row], k[i, t])
+            torch.testing.assert_close(v_cache[page, row], v[i, t])
+        keys = torch.cat([k_flat[i:i + 1, :n], k[i:i + 1]], 1)
+        vals = torch.cat([v_flat[i:i + 1, :n], v[i:i + 1]], 1)
+        ref_o, ref_lse = reference(q[i:i + 1], keys, vals, causal=True, bottom_right=True, lse=True)
+        close(out[i:i + 1], ref_o)
+        torch.testing.assert_close(lse[i:i + 1].double(), ref_lse.double(), atol=1e-3, rtol=1e-3)
+    written = sum(lengths) + b * n_new
+    assert int((~torch.isnan(k_cache.float()).any(-1).any(-1)).sum()) == written, "a row no token owns was written"
+
+
 def test_flash_attn_with_kvcache_refuses_what_it_does_not_have():
     q, k_cache, v_cache = inputs(2, 1, 64, 4, 2, 64)
-    with pytest.raises(NotImplementedError, match="block_table"):
-        fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, block_table=torch.zeros(2, 1, dtype=torch.int32,
+    with pytest.raises(NotImplementedError, match="window_size"):
+        fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, window_size=(16, 0))
+    with pytest.raises(ValueError, match="block_table must be an int32"):
+        fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, block_table=torch.zeros(2, 1, dtype=torch.int64,
                                                                                         device=DEV))
+    pool = torch.zeros(4, 48, 2, 64, dtype=torch.bfloat16, device=DEV)  # pages of 48 keys: not a power of two
+    with pytest.raises(fa_course.UnsupportedInputError, match="page_size must be a power of two"):
+        fa_course.flash_attn_with_kvcache(q, pool, pool.clone(), block_table=torch.zeros(2, 1, dtype=torch.int32,
+                                                                                          device=DEV))
     k = torch.zeros(2, 2, 2, 64, dtype=torch.bfloat16, device=DEV)
     before = k_cache.clone()
     with pytest.raises(ValueError, match="nothing was written"):

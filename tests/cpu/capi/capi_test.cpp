@@ -123,21 +123,32 @@ TEST(CApi, UnknownEnumsAreInvalid) {
   EXPECT_NE(std::string(err).find("causal_align"), std::string::npos) << err;
 }
 
-// The reserved fields are how the struct grows without changing size: a caller that leaves
-// garbage there would change meaning when they become fields, so anything non-zero is refused.
-TEST(CApi, NonZeroReservedFieldsAreInvalid) {
+// Version 5's paged-cache fields: a step that does not read a block table refuses one, naming it;
+// the paging sizes without a table are refused too, not ignored; the step that pages takes them.
+// reserved_flags must stay zero.
+TEST(CApi, PagedCacheFieldsReachValidation) {
   char err[256] = {};
-  const size_t n = sizeof(fa_attention_params::reserved) / sizeof(int64_t);
-  EXPECT_GE(n, 4u);
-  for (size_t i : {size_t(0), n - 1}) {
-    fa_attention_params p = valid_params();
-    p.reserved[i] = 1;
-    EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_ERROR_INVALID);
-    EXPECT_NE(std::string(err).find("reserved[" + std::to_string(i) + "]"), std::string::npos) << err;
-    EXPECT_EQ(fa_forward(first_step_number(), &p, nullptr, err, sizeof err), FA_ERROR_INVALID);
-    EXPECT_NE(std::string(err).find("must be zero"), std::string::npos) << err;
-  }
   fa_attention_params p = valid_params();
+  p.block_table = static_cast<const int32_t*>(stand_in(8));
+  p.page_size = 16;
+  p.block_table_stride = 8;  // 128 keys in pages of 16
+  p.num_pages = 16;
+  for (int t : {FA_TENSOR_K, FA_TENSOR_V}) {  // (pages, 16, H_kv, D)
+    p.strides[t][FA_AXIS_BATCH] = 16 * 4 * 64;
+    p.strides[t][FA_AXIS_HEAD] = 64;
+    p.strides[t][FA_AXIS_SEQ] = 4 * 64;
+  }
+  EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("block_table must be null"), std::string::npos) << err;
+  EXPECT_EQ(fa_validate(30, &p, err, sizeof err), FA_OK) << err;
+  p.page_size = 24;
+  EXPECT_EQ(fa_validate(30, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("page_size must be a power of two (got 24)"), std::string::npos) << err;
+  p = valid_params();
+  p.num_pages = 3;
+  EXPECT_EQ(fa_validate(30, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("are for a paged KV cache"), std::string::npos) << err;
+  p = valid_params();
   p.reserved_flags = 1;
   EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_ERROR_INVALID);
   EXPECT_NE(std::string(err).find("reserved_flags is 1"), std::string::npos) << err;
@@ -280,7 +291,7 @@ TEST(CApi, EveryStepRefusesAnOutputWhoseRowsOverlap) {
 // Version 3's struct_size: unset or smaller (a caller built against another layout) is invalid; a
 // larger struct (a later version's) is taken when the fields this library does not know are zero.
 TEST(CApi, StructSizeComesFirstAndGuardsTheLayout) {
-  EXPECT_EQ(FA_C_API_VERSION, 4);
+  EXPECT_EQ(FA_C_API_VERSION, 5);
   EXPECT_EQ(offsetof(fa_attention_params, struct_size), 0u);
   char err[256] = {};
   fa_attention_params p = valid_params();
