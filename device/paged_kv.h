@@ -12,6 +12,7 @@
 
 #include "device/mask.h"  // FA_HD
 #include "device/smem_tile.h"
+#include "fa/params.h"
 
 namespace fa::tile {
 
@@ -42,6 +43,20 @@ struct PagedKv {
   /// Key j's row inside its page.
   FA_HD int row_in_page(int j) const { return j & ((1 << page_shift) - 1); }
 };
+
+/// Sequence b's keys of KV head h_kv in call p's paged cache (p.block_table set): its row of the
+/// table, and K and V at the head, through a page's strides.
+__device__ __forceinline__ PagedKv paged_kv(const AttentionParams& p, int64_t b, int64_t h_kv) {
+  return PagedKv{static_cast<const bf16*>(p.k) + h_kv * p.k_stride.head,
+                 static_cast<const bf16*>(p.v) + h_kv * p.v_stride.head,
+                 p.block_table + b * p.block_table_stride,
+                 p.k_stride.batch,
+                 p.k_stride.seq,
+                 p.v_stride.batch,
+                 p.v_stride.seq,
+                 log2_of_power_of_two(p.page_size),
+                 int(p.num_pages) - 1};
+}
 
 /// Keys [first_key, first_key + ROWS) of `kv` into k_tile and v_tile by cp.async (rows >=
 /// valid_rows arrive as zeros, unread). Each thread first reads the pages of every row it copies,

@@ -111,22 +111,14 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const int n_blocks = SPLIT ? max(0, min(n_blocks_all, n_begin + per_split) - n_begin) : n_blocks_all;
   const int first_masked =
       max(0, kv_tile_first_masked(queries.first, queries.count, BLOCK_N, n_kv_all, causal, offset_all) - n_begin);
+  const bf16* k_ptr = static_cast<const bf16*>(params.k) + b * params.k_stride.batch + h_kv * params.k_stride.head +
+                      int64_t(key0) * params.k_stride.seq;
+  const bf16* v_ptr = static_cast<const bf16*>(params.v) + b * params.v_stride.batch + h_kv * params.v_stride.head +
+                      int64_t(key0) * params.v_stride.seq;
+  // Paged (a block table): key j of the sequence is row j % page_size of page table[j / page_size]
+  // of the K and V pools (device/paged_kv.h); the loads below take it from there.
   const bool paged = params.block_table != nullptr;
-  // Unpaged: K and V from the range's first key. Paged: the page pools at the KV head, and the
-  // sequence's row of the block table (K and V strides are then a page's: `batch` between pages).
-  const bf16* k_ptr = static_cast<const bf16*>(params.k) + h_kv * params.k_stride.head +
-                      (paged ? 0 : b * params.k_stride.batch + int64_t(key0) * params.k_stride.seq);
-  const bf16* v_ptr = static_cast<const bf16*>(params.v) + h_kv * params.v_stride.head +
-                      (paged ? 0 : b * params.v_stride.batch + int64_t(key0) * params.v_stride.seq);
-  const PagedKv pages{k_ptr,
-                      v_ptr,
-                      params.block_table + b * params.block_table_stride,
-                      params.k_stride.batch,
-                      params.k_stride.seq,
-                      params.v_stride.batch,
-                      params.v_stride.seq,
-                      log2_of_power_of_two(params.page_size),
-                      int(params.num_pages) - 1};
+  const PagedKv pages = paged_kv(params, b, h_kv);
   const int row0 = m_start + warp * ROWS_PER_WARP;  // this warp's first packed row
 
   // The K and V tiles of KV tile n_block: ring slot n_block % STAGES, K first.

@@ -1,5 +1,6 @@
 // The split-KV check shared by steps 27 and 28's tests: a shape, and a run with a poisoned
-// workspace judged against the reference.
+// workspace judged against the reference; and steps 29 and 30's, for caches whose sequences each
+// have their own length.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include "harness/check.h"
 #include "harness/cuda_check.h"
 #include "harness/device_buffer.h"
+#include "reference/cpu_reference.h"
 #include "tests/gpu/step_suite.h"
 
 namespace fa::testing {
@@ -59,6 +61,48 @@ inline std::vector<unsigned char> expect_split_matches(const ProblemShape& s, in
                                         << ": the workspace was not written, the step did not split";
   }
   return after;
+}
+
+// The reference of a batch whose sequence b attends to its first length(b) keys (steps 29-30's KV
+// caches): each sequence alone, on its own keys, from the problem's host inputs h* and strides p.
+template <typename Length>
+void per_sequence_reference(const AttentionParams& p, const std::vector<float>& hq, const std::vector<float>& hk,
+                            const std::vector<float>& hv, const Length& length, std::vector<double>* ref_o,
+                            std::vector<double>* ref_lse) {
+  for (int64_t b = 0; b < p.batch; ++b) {
+    AttentionParams one = p;
+    one.batch = 1;
+    one.seqlen_kv = length(b);
+    const ReferenceOutput r = cpu_reference(one, hq.data() + b * p.q_stride.batch, hk.data() + b * p.k_stride.batch,
+                                            hv.data() + b * p.v_stride.batch);
+    ref_o->insert(ref_o->end(), r.o.begin(), r.o.end());
+    ref_lse->insert(ref_lse->end(), r.lse.begin(), r.lse.end());
+  }
+}
+
+// Runs the step on p (prob's call, with whatever lengths or pages the test gave it) with num_splits
+// (0: its choice, with a workspace of kMaxKvSplits), O, the LSE, their guards and the workspace
+// poisoned, and checks O and the LSE against the reference and the guards intact.
+inline void expect_cache_call_matches(AttentionProblem& prob, AttentionParams p, int num_splits,
+                                      const std::vector<double>& ref_o, const std::vector<double>& ref_lse,
+                                      const std::string& what) {
+  const size_t bytes = split_kv_workspace_bytes(p, num_splits == 0 ? kMaxKvSplits : num_splits);
+  DeviceBuffer<unsigned char> ws(bytes);
+  ws.poison();
+  p.num_splits = num_splits;
+  p.workspace = bytes ? ws.get() : nullptr;
+  p.workspace_bytes = bytes;
+  prob.poison_outputs();
+  const Status st = the_step().forward(p, nullptr);
+  ASSERT_TRUE(st.ok()) << st.message();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  SCOPED_TRACE(to_string(prob.shape()) + ", " + what + ", num_splits " + std::to_string(num_splits));
+  const CompareResult co = compare(prob.output_bhnd(), ref_o, bf16_tolerance());
+  const CompareResult cl = compare(prob.lse(), ref_lse, lse_tolerance());
+  EXPECT_TRUE(co.ok) << "O: " << co.summary();
+  EXPECT_TRUE(cl.ok) << "LSE: " << cl.summary();
+  std::string why;
+  EXPECT_TRUE(prob.memory_intact(&why)) << why;
 }
 
 }  // namespace fa::testing

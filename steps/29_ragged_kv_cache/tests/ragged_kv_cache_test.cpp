@@ -14,7 +14,7 @@
 #include "harness/cuda_check.h"
 #include "harness/device_buffer.h"
 #include "reference/cpu_reference.h"
-#include "tests/gpu/step_suite.h"
+#include "tests/gpu/split_kv_check.h"
 
 namespace fa {
 namespace {
@@ -36,39 +36,16 @@ void expect_ragged_matches(ProblemShape s, const std::vector<int32_t>& lengths, 
               cudaMemset(static_cast<__nv_bfloat16*>(const_cast<void*>(t)) + b * st.batch + h * st.head + j * st.seq,
                          0xFF, size_t(s.head_dim) * sizeof(__nv_bfloat16)));
   }
-  const std::vector<float> hq = prob.host_q(), hk = prob.host_k(), hv = prob.host_v();
   std::vector<double> ref_o, ref_lse;
-  for (int64_t b = 0; b < s.batch; ++b) {  // sequence b alone, on its own keys
-    AttentionParams one = p;
-    one.batch = 1;
-    one.seqlen_kv = std::clamp<int64_t>(lengths[size_t(b)], 0, s.seqlen_kv);
-    const ReferenceOutput r = cpu_reference(one, hq.data() + b * p.q_stride.batch, hk.data() + b * p.k_stride.batch,
-                                            hv.data() + b * p.v_stride.batch);
-    ref_o.insert(ref_o.end(), r.o.begin(), r.o.end());
-    ref_lse.insert(ref_lse.end(), r.lse.begin(), r.lse.end());
-  }
+  testing::per_sequence_reference(
+      p, prob.host_q(), prob.host_k(), prob.host_v(),
+      [&](int64_t b) { return std::clamp<int64_t>(lengths[size_t(b)], 0, s.seqlen_kv); }, &ref_o, &ref_lse);
   DeviceBuffer<int32_t> seqlens(lengths.size());
   seqlens.upload(lengths);
-  const size_t bytes = split_kv_workspace_bytes(p, num_splits == 0 ? kMaxKvSplits : num_splits);
-  DeviceBuffer<unsigned char> ws(bytes);
-  ws.poison();
   p.seqlens_kv = seqlens.get();
-  p.num_splits = num_splits;
-  p.workspace = bytes ? ws.get() : nullptr;
-  p.workspace_bytes = bytes;
-  prob.poison_outputs();
-  const Status st = testing::the_step().forward(p, nullptr);
-  ASSERT_TRUE(st.ok()) << st.message();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
   std::string lens;
   for (int32_t l : lengths) lens += std::to_string(l) + " ";
-  SCOPED_TRACE(to_string(s) + ", lengths " + lens + ", num_splits " + std::to_string(num_splits));
-  const CompareResult co = compare(prob.output_bhnd(), ref_o, bf16_tolerance());
-  const CompareResult cl = compare(prob.lse(), ref_lse, lse_tolerance());
-  EXPECT_TRUE(co.ok) << "O: " << co.summary();
-  EXPECT_TRUE(cl.ok) << "LSE: " << cl.summary();
-  std::string why;
-  EXPECT_TRUE(prob.memory_intact(&why)) << why;
+  testing::expect_cache_call_matches(prob, p, num_splits, ref_o, ref_lse, "lengths " + lens);
 }
 
 ProblemShape shape(int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t capacity, int64_t d, bool causal) {

@@ -19,7 +19,7 @@
 #include "harness/cuda_check.h"
 #include "harness/device_buffer.h"
 #include "reference/cpu_reference.h"
-#include "tests/gpu/step_suite.h"
+#include "tests/gpu/split_kv_check.h"
 
 namespace fa {
 namespace {
@@ -63,24 +63,13 @@ void expect_paged_matches(ProblemShape s, int64_t page_size, const std::vector<i
         }
     }
   std::vector<double> ref_o, ref_lse;
-  for (int64_t b = 0; b < B; ++b) {  // sequence b alone, on its own keys
-    AttentionParams one = p;
-    one.batch = 1;
-    one.seqlen_kv = length(b);
-    const ReferenceOutput r = cpu_reference(one, hq.data() + b * p.q_stride.batch, hk.data() + b * p.k_stride.batch,
-                                            hv.data() + b * p.v_stride.batch);
-    ref_o.insert(ref_o.end(), r.o.begin(), r.o.end());
-    ref_lse.insert(ref_lse.end(), r.lse.begin(), r.lse.end());
-  }
+  testing::per_sequence_reference(p, hq, hk, hv, length, &ref_o, &ref_lse);
   DeviceBuffer<uint16_t> k_dev(k_pool.size()), v_dev(v_pool.size());
   k_dev.upload(k_pool);
   v_dev.upload(v_pool);
   DeviceBuffer<int32_t> table_dev(table.size()), seqlens(std::max<size_t>(lengths.size(), 1));
   table_dev.upload(table);
   if (!lengths.empty()) seqlens.upload(lengths);
-  const size_t bytes = split_kv_workspace_bytes(p, num_splits == 0 ? kMaxKvSplits : num_splits);
-  DeviceBuffer<unsigned char> ws(bytes);
-  ws.poison();
   p.k = k_dev.get();
   p.v = v_dev.get();
   p.k_stride = p.v_stride = Strides{page_stride, D, row, 1};  // (page, head, row in page, dim)
@@ -89,23 +78,11 @@ void expect_paged_matches(ProblemShape s, int64_t page_size, const std::vector<i
   p.page_size = page_size;
   p.num_pages = num_pages;
   p.seqlens_kv = lengths.empty() ? nullptr : seqlens.get();
-  p.num_splits = num_splits;
-  p.workspace = bytes ? ws.get() : nullptr;
-  p.workspace_bytes = bytes;
-  prob.poison_outputs();
-  const Status st = testing::the_step().forward(p, nullptr);
-  ASSERT_TRUE(st.ok()) << st.message();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
   std::string lens;
   for (int32_t l : lengths) lens += std::to_string(l) + " ";
-  SCOPED_TRACE(to_string(s) + ", page size " + std::to_string(page_size) + ", lengths " +
-               (lengths.empty() ? "none" : lens) + ", num_splits " + std::to_string(num_splits));
-  const CompareResult co = compare(prob.output_bhnd(), ref_o, bf16_tolerance());
-  const CompareResult cl = compare(prob.lse(), ref_lse, lse_tolerance());
-  EXPECT_TRUE(co.ok) << "O: " << co.summary();
-  EXPECT_TRUE(cl.ok) << "LSE: " << cl.summary();
-  std::string why;
-  EXPECT_TRUE(prob.memory_intact(&why)) << why;
+  testing::expect_cache_call_matches(
+      prob, p, num_splits, ref_o, ref_lse,
+      "page size " + std::to_string(page_size) + ", lengths " + (lengths.empty() ? "none" : lens));
 }
 
 ProblemShape shape(int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t capacity, int64_t d, bool causal) {
