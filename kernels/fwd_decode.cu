@@ -370,4 +370,9 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return kTuner.run(p, stream);  // the calling kernel validated p
 }
 
+std::string describe(const AttentionParams& p, const std::string& prefill) {
+  if (!accepts(p)) return prefill;
+  return "decode kernel (" + std::to_string(kProductionDecode) + "): " + kTuner.describe(p);
+}
+
 }  // namespace fa::kernels::decode

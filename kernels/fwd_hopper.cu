@@ -344,9 +344,14 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return kTuner.run(p, stream);
 }
 
+// What runs call p: the decode kernel's configuration for the calls it takes, else the tuner's.
+std::string describe(const AttentionParams& p) {
+  return decode::describe(p, kTuner.describe(p));
+}
+
 FA_REGISTER_STEP({kProductionHopper, "kernel_hopper", /*base=*/16,
                   "the production forward on Hopper: step 16 with its mask, score hook, scheduler and epilogue "
                   "as policies",
-                  kCaps, &forward, "", &bwd_hopper::backward})
+                  kCaps, &forward, "", &bwd_hopper::backward, &describe})
 
 }  // namespace fa::kernels::hopper

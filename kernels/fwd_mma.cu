@@ -226,9 +226,14 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return kTuner.run(p, stream);
 }
 
+// What runs call p: the decode kernel's configuration for the calls it takes, else the tuner's.
+std::string describe(const AttentionParams& p) {
+  return decode::describe(p, kTuner.describe(p));
+}
+
 FA_REGISTER_STEP({kProductionMma, "kernel_mma", /*base=*/10,
                   "the production forward on mma.sync: step 10 with its mask, score hook, scheduler and epilogue "
                   "as policies",
-                  kCaps, &forward, "", &bwd::backward})
+                  kCaps, &forward, "", &bwd::backward, &describe})
 
 }  // namespace fa::kernels::mma

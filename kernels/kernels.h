@@ -23,6 +23,9 @@ namespace decode {
 bool accepts(const AttentionParams& p);
 /// GQA-packed split-KV attention (validated params; the split from num_splits and the workspace).
 Status forward(const AttentionParams& p, cudaStream_t stream);
+/// What kernels 100 and 101 say they run for call p: the decode kernel's configuration when it takes
+/// p, else `prefill` (their own tuner's description of p).
+std::string describe(const AttentionParams& p, const std::string& prefill);
 /// What kernels 100 and 101 do first: the decode kernel runs the calls it takes (*taken = true);
 /// a split or lengths per sequence asked of a call it does not take are refused; anything else is
 /// the caller's.

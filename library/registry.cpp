@@ -43,6 +43,7 @@ std::string unknown_step_message(int number) {
 }
 
 std::string describe_config(const StepInfo& info, const AttentionParams& params) {
+  if (info.describe) return info.describe(params);
   if (const tuner::Tuner* t = tuner::find_tuner(info.number)) return t->describe(params);
   return info.config;
 }

@@ -72,6 +72,9 @@ struct StepInfo {
   /// whose configuration depends on the problem (see describe_config).
   std::string config;
   BackwardFn backward = nullptr;  ///< the step's backward, or nullptr: it has none
+  /// What runs call p, where its own tuner does not say: a production forward hands decode calls to
+  /// the decode kernel. nullptr: the tuner's choice (or `config`) describes it (describe_config).
+  std::string (*describe)(const AttentionParams& params) = nullptr;
 };
 
 /// @brief All registered steps, sorted by number.

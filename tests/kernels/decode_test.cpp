@@ -2,9 +2,10 @@
 // a caller reaches it: calls of a few query rows per group with a workspace go to the GQA-packed
 // split-KV kernel. Against the reference with O, the LSE, their guards and the workspace poisoned
 // (tests/gpu/split_kv_check.h): every group size, both head dims and layouts, causal rows in both
-// alignments, rows that see no key, the kernel's own split count; and a split, or lengths per
-// sequence, asked of a call the decode kernel does not take are refused with nothing written. Step
-// 29's ragged-cache tests run through both kernels too.
+// alignments, rows that see no key, the kernel's own split count; a split, lengths per sequence or
+// pages asked of a call the decode kernel does not take are refused with nothing written; describe
+// names the decode kernel for the calls it takes. Steps 29 and 30's ragged and paged cache tests run
+// through both kernels too.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -86,6 +87,30 @@ TEST(Decode, LengthsPerSequenceOfACallItDoesNotTakeAreRefused) {
   lengths.upload({100, 513});
   p.seqlens_kv = lengths.get();
   expect_refused_untouched(prob, p, "seqlens_kv");
+}
+
+TEST(Decode, PagesOfACallItDoesNotTakeAreRefused) {
+  FA_REQUIRE_GPU();
+  AttentionProblem prob(split_shape(2, 4, 2, 300, 512, 64, true));  // 600 packed rows
+  AttentionParams p = prob.params();
+  DeviceBuffer<int32_t> table(2 * 8);
+  table.upload(std::vector<int32_t>(16, 0));
+  p.block_table = table.get(), p.block_table_stride = 8, p.page_size = 64, p.num_pages = 1;
+  p.k_stride = p.v_stride = Strides{64 * 2 * 64, 64, 2 * 64, 1};  // one page of (64, H_kv, D)
+  expect_refused_untouched(prob, p, "block_table");
+}
+
+// describe (fa_step_describe, the package's describe) names the kernel that runs the call: the
+// decode kernel's configuration for a decode call with a workspace, the kernel's own for prefill.
+TEST(Decode, DescribeNamesTheDecodeKernelForTheCallsItTakes) {
+  FA_REQUIRE_GPU();
+  const StepInfo& step = testing::the_step();
+  AttentionParams p = validation_params(split_shape(2, 32, 8, 1, 8192, 128));
+  p.workspace = p.o;  // a stand-in: describe reads the call's sizes and options, never the memory
+  p.workspace_bytes = split_kv_workspace_bytes(p, kMaxKvSplits);
+  EXPECT_NE(describe_config(step, p).find("decode kernel (102)"), std::string::npos) << describe_config(step, p);
+  p = validation_params(split_shape(2, 32, 8, 512, 8192, 128));
+  EXPECT_EQ(describe_config(step, p).find("decode kernel"), std::string::npos) << describe_config(step, p);
 }
 
 }  // namespace
