@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -45,26 +47,36 @@ std::string nonzero_reserved(const int64_t (&reserved)[N]) {
   return "";
 }
 
+// The size of a version-5 struct: everything before the varlen fields. A caller built against
+// version 5 passes this struct_size; the fields it does not have are read as zero.
+constexpr size_t kVersion5Size = offsetof(fa_attention_params, cu_seqlens_q);
+
 // C struct → C++ params. Returns an empty string on success, else why the struct is malformed.
 // (Shape and capability checks are the step's job: fa::validate.)
-std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
-  if (!c) return "params is NULL";
-  // struct_size first (version 3): a smaller one is a caller built against another layout; a larger
-  // one is a later version's struct, taken only if the fields this library does not know are zero.
-  if (c->struct_size < sizeof(fa_attention_params))
-    return "struct_size is " + std::to_string(c->struct_size) + "; set it to sizeof(fa_attention_params), " +
+
+std::string convert(const fa_attention_params* given, fa::AttentionParams& p) {
+  if (!given) return "params is NULL";
+  // struct_size first (version 3): a smaller one than version 5's is a caller built against another
+  // layout; version 5's lacks the varlen fields, zero here; a larger one is a later version's struct,
+  // taken only if the fields this library does not know are zero.
+  if (given->struct_size < kVersion5Size)
+    return "struct_size is " + std::to_string(given->struct_size) + "; set it to sizeof(fa_attention_params), " +
            std::to_string(sizeof(fa_attention_params)) + " in this library (C interface version " +
            std::to_string(FA_C_API_VERSION) + ")";
-  if (c->struct_size > sizeof(fa_attention_params)) {
-    if (c->struct_size > (size_t(1) << 20))
-      return "struct_size " + std::to_string(c->struct_size) + " is not a struct's";
-    const unsigned char* extra = reinterpret_cast<const unsigned char*>(c) + sizeof(fa_attention_params);
-    for (size_t i = 0; i < c->struct_size - sizeof(fa_attention_params); ++i)
+  if (given->struct_size > sizeof(fa_attention_params)) {
+    if (given->struct_size > (size_t(1) << 20))
+      return "struct_size " + std::to_string(given->struct_size) + " is not a struct's";
+    const unsigned char* extra = reinterpret_cast<const unsigned char*>(given) + sizeof(fa_attention_params);
+    for (size_t i = 0; i < given->struct_size - sizeof(fa_attention_params); ++i)
       if (extra[i] != 0)
-        return "the struct sets fields past this library's (struct_size " + std::to_string(c->struct_size) +
+        return "the struct sets fields past this library's (struct_size " + std::to_string(given->struct_size) +
                ", this library knows " + std::to_string(sizeof(fa_attention_params)) +
                " bytes): a newer C interface's options cannot be honoured here";
   }
+  fa_attention_params copy;  // the caller's fields, the ones its version lacks zero
+  std::memset(&copy, 0, sizeof copy);
+  std::memcpy(&copy, given, std::min(given->struct_size, sizeof copy));
+  const fa_attention_params* c = &copy;
   if (c->dtype != FA_DTYPE_BF16) return "unknown dtype " + std::to_string(c->dtype) + "; supported: 0 (bf16)";
   if (c->causal_align != FA_CAUSAL_TOP_LEFT && c->causal_align != FA_CAUSAL_BOTTOM_RIGHT)
     return "unknown causal_align " + std::to_string(c->causal_align) + "; supported: 0 (top-left), 1 (bottom-right)";
@@ -98,6 +110,10 @@ std::string convert(const fa_attention_params* c, fa::AttentionParams& p) {
   p.block_table_stride = c->block_table_stride;
   p.page_size = c->page_size;
   p.num_pages = c->num_pages;
+  p.cu_seqlens_q = c->cu_seqlens_q;  // fa::validate judges the four together
+  p.cu_seqlens_kv = c->cu_seqlens_kv;
+  p.total_q = c->total_q;
+  p.total_kv = c->total_kv;
   return "";
 }
 

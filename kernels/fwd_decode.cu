@@ -23,6 +23,7 @@
 #include "device/ptx/cp_async.h"
 #include "device/smem_tile.h"
 #include "device/split_combine.h"
+#include "device/varlen.h"
 #include "device/tiles.h"
 #include "device/warp_tile.h"
 #include "fa/registry.h"
@@ -85,8 +86,6 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const SmemTile<BLOCK_N, Layout> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
 
   const int warp = int(threadIdx.x) / kWarpSize;
-  const int n_q = int(params.seqlen_q);
-  const int n_rows = n_q * pack;  // the group's packed rows (accepts(): at most kMaxPackedRows)
 
   const int m_tiles = SPLIT ? int(gridDim.x) / splits : int(gridDim.x);
   const int split = SPLIT ? int(blockIdx.x) % splits : 0, tile_m = SPLIT ? int(blockIdx.x) / splits : int(blockIdx.x);
@@ -96,12 +95,20 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   if (bh >= params.batch * groups) return;
   const int64_t b = bh / groups, h0 = (bh % groups) * pack;
   const int64_t h_kv = kv_head_of(h0, params.heads_q, params.heads_kv);
+  // Step 31's packed sequences: the sequence's queries and keys from its offsets.
+  const bool varlen = params.cu_seqlens_q != nullptr;
+  const SequenceRows q_seq = varlen ? sequence_rows(params.cu_seqlens_q, b, params.total_q, params.seqlen_q)
+                                    : SequenceRows{0, int(params.seqlen_q)};
+  const SequenceRows kv_seq = varlen ? sequence_rows(params.cu_seqlens_kv, b, params.total_kv, params.seqlen_kv)
+                                     : SequenceRows{0, int(params.seqlen_kv)};
+  const int n_q = q_seq.length;
+  const int n_rows = n_q * pack;  // the group's packed rows
+  const int m_start = m_block * BLOCK_M;
+  if (m_start >= n_rows) return;  // varlen: a tile past a shorter sequence's queries
   // The sequence's keys (step 29): its own length when the call gives one per sequence, clamped to
   // the caches' capacity N_kv, and the causal diagonal aligned to it.
-  const int n_kv_all =
-      params.seqlens_kv ? min(max(params.seqlens_kv[b], 0), int(params.seqlen_kv)) : int(params.seqlen_kv);
+  const int n_kv_all = params.seqlens_kv ? min(max(params.seqlens_kv[b], 0), int(params.seqlen_kv)) : kv_seq.length;
   const int64_t offset_all = params.causal_align == CausalAlign::bottom_right ? int64_t(n_kv_all) - n_q : 0;
-  const int m_start = m_block * BLOCK_M;
   const bool causal = params.causal;
   // The tile's KV range is its queries' (CausalFlag's rule on query rows), split S ways; from the
   // range's first key on, K, V and the mask count from that key.
@@ -114,10 +121,14 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const int n_blocks = SPLIT ? max(0, min(n_blocks_all, n_begin + per_split) - n_begin) : n_blocks_all;
   const int first_masked =
       max(0, kv_tile_first_masked(queries.first, queries.count, BLOCK_N, n_kv_all, causal, offset_all) - n_begin);
-  const bf16* k_ptr = static_cast<const bf16*>(params.k) + b * params.k_stride.batch + h_kv * params.k_stride.head +
-                      int64_t(key0) * params.k_stride.seq;
-  const bf16* v_ptr = static_cast<const bf16*>(params.v) + b * params.v_stride.batch + h_kv * params.v_stride.head +
-                      int64_t(key0) * params.v_stride.seq;
+  const int64_t q_at = varlen ? q_seq.first * params.q_stride.seq : b * params.q_stride.batch;
+  const int64_t o_at = varlen ? q_seq.first * params.o_stride.seq : b * params.o_stride.batch;
+  const int64_t k_at = varlen ? kv_seq.first * params.k_stride.seq : b * params.k_stride.batch;
+  const int64_t v_at = varlen ? kv_seq.first * params.v_stride.seq : b * params.v_stride.batch;
+  const bf16* k_ptr =
+      static_cast<const bf16*>(params.k) + k_at + h_kv * params.k_stride.head + int64_t(key0) * params.k_stride.seq;
+  const bf16* v_ptr =
+      static_cast<const bf16*>(params.v) + v_at + h_kv * params.v_stride.head + int64_t(key0) * params.v_stride.seq;
   // Paged (a block table): key j of the sequence is row j % page_size of page table[j / page_size]
   // of the K and V pools (device/paged_kv.h); the loads below take it from there.
   const bool paged = params.block_table != nullptr;
@@ -140,9 +151,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   };
 
   {
-    const PackedRows<const bf16> q_rows{
-        static_cast<const bf16*>(params.q) + b * params.q_stride.batch + h0 * params.q_stride.head,
-        params.q_stride.head, params.q_stride.seq, pack};
+    const PackedRows<const bf16> q_rows{static_cast<const bf16*>(params.q) + q_at + h0 * params.q_stride.head,
+                                        params.q_stride.head, params.q_stride.seq, pack};
     load_rows_async<NUM_THREADS>(
         q_tile, [&](int row) { return q_rows(m_start + row); }, min(BLOCK_M, n_rows - m_start));
   }
@@ -193,24 +203,28 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     mma_pv_tiles(o_i, p, v_tile);
   }
 
-  // ---- out: the group's rows, (B, H_q, N_q) rows from the group's first head at query 0.
-  const int64_t lse_row0 = (b * params.heads_q + h0) * int64_t(n_q);
+  // ---- out: the group's rows, (B, H_q, N_q) rows from the group's first head at query 0, N_q the
+  // longest (the partials); the LSE's are (H_q, total_q) with varlen.
+  const int64_t n_q_max = params.seqlen_q;
+  const int64_t lse_row0 = (b * params.heads_q + h0) * n_q_max;
+  const int64_t lse_head = varlen ? params.total_q : n_q_max;
+  const int64_t lse_at = varlen ? h0 * params.total_q + q_seq.first : lse_row0;
 #pragma unroll
   for (int t = 0; t < M_TILES; ++t) {
     const int tile_row0 = warp * ROWS_PER_WARP + kMmaRows * t;
     const Rows l = quad_sum(l_i[t]);
     if constexpr (SPLIT) {
       const int64_t part = split * split_rows + lse_row0;
-      const PackedOut<float> out{{o_part + part * HEAD_DIM, int64_t(n_q) * HEAD_DIM, HEAD_DIM, pack},
-                                 {lse_part + part, n_q, 1, pack},
+      const PackedOut<float> out{{o_part + part * HEAD_DIM, n_q_max * HEAD_DIM, HEAD_DIM, pack},
+                                 {lse_part + part, n_q_max, 1, pack},
                                  m_start,
                                  tile_row0,
                                  n_rows - m_start};
       PackedStore::store(out, o_i[t], m_i[t], l, scale_log2);
     } else {
-      const PackedOut<bf16> out{{static_cast<bf16*>(params.o) + b * params.o_stride.batch + h0 * params.o_stride.head,
-                                 params.o_stride.head, params.o_stride.seq, pack},
-                                {params.lse != nullptr ? params.lse + lse_row0 : nullptr, n_q, 1, pack},
+      const PackedOut<bf16> out{{static_cast<bf16*>(params.o) + o_at + h0 * params.o_stride.head, params.o_stride.head,
+                                 params.o_stride.seq, pack},
+                                {params.lse != nullptr ? params.lse + lse_at : nullptr, lse_head, 1, pack},
                                 m_start,
                                 tile_row0,
                                 n_rows - m_start};
@@ -241,6 +255,11 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int64_t bh = blockIdx.y + int64_t(blockIdx.z) * gridDim.y;
   const int64_t i = int64_t(blockIdx.x) * kCombineRows + r;
   if (bh >= params.batch * params.heads_q || i >= params.seqlen_q) return;  // a whole warp: no shuffle left behind
+  const int64_t b = bh / params.heads_q, h = bh % params.heads_q;
+  const bool varlen = params.cu_seqlens_q != nullptr;
+  const SequenceRows q_seq = varlen ? sequence_rows(params.cu_seqlens_q, b, params.total_q, params.seqlen_q)
+                                    : SequenceRows{0, int(params.seqlen_q)};
+  if (i >= q_seq.length) return;  // varlen: past a shorter sequence, no partials were written (a whole warp)
   const int64_t rows = params.batch * params.heads_q * params.seqlen_q, row = bh * params.seqlen_q + i;
   float m = -INFINITY;
   for (int s = t; s < splits; s += 32) m = fmaxf(m, lse_part[s * rows + row]);
@@ -269,18 +288,21 @@ __global__ void __launch_bounds__(kCombineThreads)
 #pragma unroll
     for (int k = 0; k < 8; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], x);
   if (group != 0) return;
-  const int64_t b = bh / params.heads_q, h = bh % params.heads_q;
-  bf16* const o_row =
-      static_cast<bf16*>(params.o) + b * params.o_stride.batch + h * params.o_stride.head + i * params.o_stride.seq;
+  bf16* const o_row = static_cast<bf16*>(params.o) +
+                      (varlen ? q_seq.first * params.o_stride.seq : b * params.o_stride.batch) +
+                      h * params.o_stride.head + i * params.o_stride.seq;
   *reinterpret_cast<uint4*>(o_row + col) = uint4{ptx::pack_bf16x2(acc[0], acc[1]), ptx::pack_bf16x2(acc[2], acc[3]),
                                                  ptx::pack_bf16x2(acc[4], acc[5]), ptx::pack_bf16x2(acc[6], acc[7])};
-  if (params.lse != nullptr && lane == 0) params.lse[row] = lse;
+  if (params.lse != nullptr && lane == 0) params.lse[varlen ? h * params.total_q + q_seq.first + i : row] = lse;
 }
 
 // ---- the host side -----------------------------------------------------------------------------
 
+// Query heads per packed group: G, or 1 where N_q·G rows would pass the tile's 32-bit row range (a
+// long varlen call; decode calls are at most kMaxPackedRows).
 int pack_of(const AttentionParams& p) {
-  return int(p.heads_q / p.heads_kv);
+  const int64_t g = p.heads_q / p.heads_kv;
+  return p.seqlen_q * g <= kTileMaxSeqlen ? int(g) : 1;
 }
 
 // The split count for call p with this configuration (library/split_kv.h): the call's, else (0,
@@ -336,6 +358,7 @@ const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
 bool accepts(const AttentionParams& p) {
   if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0 || !head_dim_built(int(p.head_dim))) return false;
   if (p.head_dim != 64 && p.head_dim != 128) return false;
+  if (p.cu_seqlens_q != nullptr) return true;  // packed sequences: only it reads their offsets, whatever their length
   const int64_t rows = p.seqlen_q * (p.heads_q / p.heads_kv);
   if (rows > kMaxPackedRows) return false;
   if (p.workspace != nullptr || p.num_splits > 1) return true;           // it can split: always the better kernel

@@ -330,7 +330,8 @@ const Capabilities kCaps = [] {
   c.deterministic_backward = true;          // its backward: the Hopper one (kernels/bwd_hopper.cu)
   c.split_kv = true;                        // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   c.seqlens_kv = true;                      // ... and reads a length per sequence
-  c.paged_kv = true;                        // ... and a paged cache
+  c.paged_kv = true;                        // ... a paged cache
+  c.varlen = true;                          // ... and packed sequences of any length (cu_seqlens)
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
   return c;
 }();

@@ -212,7 +212,8 @@ const Capabilities kCaps = [] {
   c.deterministic_backward = true;           // and the production backward's deterministic mode
   c.split_kv = true;    // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   c.seqlens_kv = true;  // ... and reads a length per sequence (kernels/fwd_decode.cu)
-  c.paged_kv = true;    // ... and a paged cache
+  c.paged_kv = true;    // ... a paged cache
+  c.varlen = true;      // ... and packed sequences of any length (cu_seqlens)
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
   return c;
 }();

@@ -123,6 +123,7 @@ fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10
   TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_mma_test.cpp ${CMAKE_SOURCE_DIR}/tests/kernels/decode_test.cpp
         ${CMAKE_SOURCE_DIR}/steps/29_ragged_kv_cache/tests/ragged_kv_cache_test.cpp
         ${CMAKE_SOURCE_DIR}/steps/30_paged_kv_cache/tests/paged_kv_cache_test.cpp
+        ${CMAKE_SOURCE_DIR}/steps/31_varlen/tests/varlen_test.cpp
         ${fa_backward_tests})
 
 # Step 16's rules (sm_90a alone): wgmma, TMA loads and stores, mbarriers, setmaxnreg, no mma.sync
@@ -134,6 +135,7 @@ fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16
   TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_hopper_test.cpp ${CMAKE_SOURCE_DIR}/tests/kernels/decode_test.cpp
         ${CMAKE_SOURCE_DIR}/steps/29_ragged_kv_cache/tests/ragged_kv_cache_test.cpp
         ${CMAKE_SOURCE_DIR}/steps/30_paged_kv_cache/tests/paged_kv_cache_test.cpp
+        ${CMAKE_SOURCE_DIR}/steps/31_varlen/tests/varlen_test.cpp
         ${fa_backward_tests})
 
 # The backward's rules: step 23's (tensor cores, ldmatrix, cp.async, no local memory; on sm_90 dQ

@@ -64,7 +64,12 @@ constexpr const char* kAxes[4] = {"batch", "head", "sequence", "dim"};
 
 // A tensor of the call `p`: (B, H_q, N_q, D) on the query side (Q, O, dO, dQ), else (B, H_kv, N_kv, D).
 // With a block table, K and V are pools of pages: (num_pages, H_kv, page_size, D), `batch` the page.
+// With varlen offsets, Q and O (or K and V) are packed: (1, H, total, D), the batch stride unused.
 Tensor call_tensor(const AttentionParams& p, const char* name, const void* ptr, bool q_side, const Strides& s) {
+  if (q_side && p.cu_seqlens_q)
+    return Tensor{name, ptr, {1, p.heads_q, p.total_q, p.head_dim}, {0, s.head, s.seq, s.dim}};
+  if (!q_side && p.cu_seqlens_kv)
+    return Tensor{name, ptr, {1, p.heads_kv, p.total_kv, p.head_dim}, {0, s.head, s.seq, s.dim}};
   if (!q_side && p.block_table)
     return Tensor{name, ptr, {p.num_pages, p.heads_kv, p.page_size, p.head_dim}, {s.batch, s.head, s.seq, s.dim}};
   return Tensor{name,
@@ -195,6 +200,35 @@ Status check_paged(const AttentionParams& p, const Capabilities& caps) {
   return Status::Ok();
 }
 
+// Variable-length sequences (Part V): the step reads offsets, both arrays or neither, 4-byte
+// aligned, the packed tensors' rows given, and no other per-sequence option beside them. The offsets'
+// values are the kernel's to clamp to the tensors.
+Status check_varlen(const AttentionParams& p, const Capabilities& caps) {
+  if (!p.cu_seqlens_q && !p.cu_seqlens_kv) {
+    if (p.total_q != 0 || p.total_kv != 0)
+      return fail(
+          "total_q and total_kv are for variable-length sequences: set cu_seqlens_q and cu_seqlens_kv, or "
+          "zero them");
+    return Status::Ok();
+  }
+  if (!caps.varlen)
+    return fail(
+        "this step reads (B, H, N, D) tensors: cu_seqlens_q and cu_seqlens_kv must be null (variable-length "
+        "sequences are Part V's)");
+  if (!p.cu_seqlens_q || !p.cu_seqlens_kv)
+    return fail("variable-length sequences need both cu_seqlens_q and cu_seqlens_kv (B + 1 offsets each)");
+  if (!aligned(p.cu_seqlens_q, 4) || !aligned(p.cu_seqlens_kv, 4))
+    return fail("cu_seqlens_q and cu_seqlens_kv must be 4-byte aligned (int32)");
+  if (p.total_q < 1 || p.total_kv < 1)
+    return fail("total_q and total_kv (the packed tensors' rows) must be >= 1 (got " + std::to_string(p.total_q) +
+                ", " + std::to_string(p.total_kv) + ")");
+  if (p.seqlens_kv || p.block_table)
+    return fail(
+        "variable-length sequences take their key lengths from cu_seqlens_kv: seqlens_kv and block_table "
+        "must be null");
+  return Status::Ok();
+}
+
 // The launch limits of the step's kernels: the same numbers its launcher obeys.
 Status check_launch_limits(const AttentionParams& p, const Capabilities& caps) {
   if (caps.max_seqlen > 0 && (p.seqlen_q > caps.max_seqlen || p.seqlen_kv > caps.max_seqlen))
@@ -275,6 +309,7 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
     return fail("softmax scale must be positive and finite");
 
   if (Status st = check_paged(p, caps); !st.ok()) return st;
+  if (Status st = check_varlen(p, caps); !st.ok()) return st;
   auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
     return call_tensor(p, name, ptr, q_side, s);
   };
@@ -292,7 +327,10 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
 
   const u128 q_bytes = extent_bytes(q, kElementBytes), k_bytes = extent_bytes(k, kElementBytes),
              v_bytes = extent_bytes(v, kElementBytes), o_bytes = extent_bytes(o, kElementBytes);
-  const u128 lse_bytes = u128(uint64_t(p.batch)) * u128(uint64_t(p.heads_q)) * u128(uint64_t(p.seqlen_q)) * kLseBytes;
+  // The LSE: (B, H_q, N_q), or with varlen (H_q, total_q), fp32.
+  const u128 lse_bytes =
+      (p.cu_seqlens_q ? u128(uint64_t(p.total_q)) : u128(uint64_t(p.batch)) * u128(uint64_t(p.seqlen_q))) *
+      u128(uint64_t(p.heads_q)) * kLseBytes;
   for (const auto& [t, bytes] : {std::pair{&q, q_bytes}, {&k, k_bytes}, {&v, v_bytes}, {&o, o_bytes}})
     if (Status st = check_address_range(t->name, t->ptr, bytes); !st.ok()) return st;
   if (p.lse)
@@ -343,6 +381,17 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
                 " query rows per KV head (N_q·H_q/H_kv); this call has " +
                 std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv)));
 
+  // The offsets are read while O, the LSE and the workspace are written: no byte in common.
+  for (const int32_t* cu : {p.cu_seqlens_q, p.cu_seqlens_kv}) {
+    if (!cu) continue;
+    const u128 cu_bytes = u128(uint64_t(p.batch) + 1) * 4;
+    if (Status st = check_address_range("cu_seqlens", cu, cu_bytes); !st.ok()) return st;
+    if (overlaps(cu, cu_bytes, p.o, o_bytes) || (p.lse && overlaps(cu, cu_bytes, p.lse, lse_bytes)) ||
+        (p.workspace && overlaps(cu, cu_bytes, p.workspace, u128(p.workspace_bytes))))
+      return fail(
+          "cu_seqlens_q or cu_seqlens_kv overlaps o, lse or the workspace: the call writes those while it "
+          "reads the offsets");
+  }
   // The block table is read while O, the LSE and the workspace are written: no byte in common.
   if (p.block_table) {
     const u128 table_bytes = (u128(uint64_t(p.batch - 1)) * u128(uint64_t(p.block_table_stride)) +
@@ -380,8 +429,10 @@ Status validate_backward(const BackwardParams& bp, const Capabilities& caps) {
   if (!bp.d_o || !bp.dq || !bp.dk || !bp.dv) return fail("d_o, dq, dk and dv must be non-null device pointers");
   if (bp.deterministic && !caps.deterministic_backward)
     return fail("this step's backward has no deterministic mode (its dQ atomics race); a later step adds it");
+  // Part V's per-sequence options are the forward's: the backward reads every sequence whole.
+  if (p.seqlens_kv || p.block_table || p.cu_seqlens_q || p.cu_seqlens_kv)
+    return fail("the backward takes no seqlens_kv, block_table or cu_seqlens (they are the forward's, for inference)");
   if (Status st = validate_input(p, caps); !st.ok()) return st;
-  if (Status st = check_paged(p, caps); !st.ok()) return st;
   auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
     return call_tensor(p, name, ptr, q_side, s);
   };
@@ -408,7 +459,10 @@ Status validate_backward(const BackwardParams& bp, const Capabilities& caps) {
   if (!aligned(bp.workspace, 16)) return fail("the workspace must be 16-byte aligned");
   if (Status st = check_address_range("workspace", bp.workspace, u128(need)); !st.ok()) return st;
   // Every output shares no byte with any other buffer of the call.
-  const u128 lse_bytes = u128(uint64_t(p.batch)) * u128(uint64_t(p.heads_q)) * u128(uint64_t(p.seqlen_q)) * kLseBytes;
+  // The LSE: (B, H_q, N_q), or with varlen (H_q, total_q), fp32.
+  const u128 lse_bytes =
+      (p.cu_seqlens_q ? u128(uint64_t(p.total_q)) : u128(uint64_t(p.batch)) * u128(uint64_t(p.seqlen_q))) *
+      u128(uint64_t(p.heads_q)) * kLseBytes;
   struct Span {
     const char* name;
     const void* ptr;

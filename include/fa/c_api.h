@@ -41,9 +41,10 @@ extern "C" {
 /// `fa_attention_params::reserved` into the split-KV `workspace`, `workspace_bytes` and `num_splits`
 /// (zero: today's behaviour, the struct's size unchanged) and adds `fa_forward_workspace_size`.
 /// Version 5 turns the last four into the paged KV cache's `block_table`, `block_table_stride`,
-/// `page_size` and `num_pages` (zero: K and V are (B, H_kv, N_kv, D) tensors, as before); later
-/// fields grow the struct at its end (`struct_size`).
-#define FA_C_API_VERSION 5
+/// `page_size` and `num_pages` (zero: K and V are (B, H_kv, N_kv, D) tensors, as before). Version 6
+/// grows the struct at its end with the varlen `cu_seqlens_q`, `cu_seqlens_kv`, `total_q` and
+/// `total_kv`; a version-5 struct (its `struct_size` smaller) is still taken, those fields zero.
+#define FA_C_API_VERSION 6
 
 /// @brief The step argument that asks the library to choose: the fastest kernel this GPU runs that
 /// accepts the call: the production kernels first (101 on Hopper, 100 on mma.sync), then the steps,
@@ -143,6 +144,17 @@ typedef struct fa_attention_params {
   int64_t block_table_stride;  ///< int32 entries between two sequences' rows of the table
   int64_t page_size;           ///< keys per page, a power of two
   int64_t num_pages;           ///< pages in K and in V
+
+  /// Variable-length sequences (flash-attn's varlen, version 6): B + 1 int32 offsets each, in device
+  /// memory. Q and O are then packed (total_q, H_q, D) tensors and K and V (total_kv, H_kv, D), the
+  /// `FA_AXIS_BATCH` strides unused; sequence b is rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] − 1 of
+  /// Q and O and rows cu_seqlens_kv[b] .. cu_seqlens_kv[b+1] − 1 of K and V (clamped to the tensors).
+  /// seqlen_q and seqlen_kv are the longest lengths (max_seqlen_q, max_seqlen_k); the LSE is
+  /// (H_q, total_q). Both or neither; not with seqlens_kv or block_table.
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_kv;  ///< B + 1 offsets of the sequences' keys (rows of K and V)
+  int64_t total_q;               ///< rows of Q and O (with cu_seqlens_q)
+  int64_t total_kv;              ///< rows of K and V (with cu_seqlens_kv)
 } fa_attention_params;
 
 /// @brief `FA_C_API_VERSION` of the loaded library.

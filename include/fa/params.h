@@ -107,6 +107,17 @@ struct AttentionParams {
   int64_t block_table_stride = 0;  ///< int32 entries between consecutive sequences' rows of the table
   int64_t page_size = 0;           ///< keys per page: a power of two (the kernel shifts and masks)
   int64_t num_pages = 0;           ///< pages in K and in V
+  /// Variable-length sequences (Part V, flash-attn's varlen): B + 1 int32 offsets each, in device
+  /// memory. Q and O are then packed (total_q, H_q, D) tensors and K and V (total_kv, H_kv, D), the
+  /// `batch` strides unused: sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] − 1,
+  /// its keys rows cu_seqlens_kv[b] .. cu_seqlens_kv[b+1] − 1. seqlen_q and seqlen_kv are the longest
+  /// lengths (flash-attn's max_seqlen_q, max_seqlen_k): each length is clamped to them and to the
+  /// tensor. The LSE is (H_q, total_q) fp32. Both or neither; not with seqlens_kv or a block table.
+  /// Only steps whose Capabilities::varlen is set accept them.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_kv = nullptr;  ///< B + 1 offsets of the sequences' keys (rows of K and V)
+  int64_t total_q = 0;                     ///< rows of the packed Q and O (with cu_seqlens_q)
+  int64_t total_kv = 0;                    ///< rows of the packed K and V (with cu_seqlens_kv)
 
   /// @brief The scale actually used: `softmax_scale`, or 1/sqrt(D) when it is zero.
   float effective_scale() const {

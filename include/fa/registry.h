@@ -49,6 +49,8 @@ struct Capabilities {
   bool seqlens_kv = false;
   /// Reads K and V through a block table (AttentionParams::block_table): Part V's paged KV cache.
   bool paged_kv = false;
+  /// Takes packed sequences of different lengths (AttentionParams::cu_seqlens_q, cu_seqlens_kv).
+  bool varlen = false;
   /// Where split-KV, lengths per sequence and paged caches are a decode kernel's (the production forwards): only
   /// for calls with N_q·H_q/H_kv at most this many query rows per KV head. 0: any call.
   int64_t decode_max_packed_rows = 0;

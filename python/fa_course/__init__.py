@@ -21,7 +21,7 @@ try:
 except PackageNotFoundError:  # run from the source tree, not installed
     __version__ = "0+source"
 
-__all__ = ["attention", "flash_attn_func", "flash_attn_with_kvcache", "pick_step", "describe", "steps", "Step", "AttentionError", "InvalidCallError", "UnsupportedInputError"]
+__all__ = ["attention", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "pick_step", "describe", "steps", "Step", "AttentionError", "InvalidCallError", "UnsupportedInputError"]
 
 
 def steps() -> list:
@@ -37,6 +37,6 @@ except ImportError:  # the torch-free layer still works
     def attention(*args, **kwargs):
         raise ImportError("fa_course.attention needs PyTorch (pip install torch)")
 
-    pick_step = describe = flash_attn_func = flash_attn_with_kvcache = attention
+    pick_step = describe = flash_attn_func = flash_attn_varlen_func = flash_attn_with_kvcache = attention
 else:
-    from .ops import attention, describe, flash_attn_func, flash_attn_with_kvcache, pick_step
+    from .ops import attention, describe, flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, pick_step

@@ -362,6 +362,86 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
                      return_lse=return_lse, deterministic=deterministic)
 
 
+def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
+                           softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
+                           softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
+                           deterministic: bool = False, return_attn_probs: bool = False, block_table=None, *,
+                           return_lse: bool = False):
+    """flash-attn's `flash_attn_varlen_func`, same names, order and layout: sequences packed end to end,
+    q (total_q, H_q, D), k and v (total_k, H_kv, D), bf16 on a CUDA GPU; cu_seqlens_q and cu_seqlens_k
+    int32 (B + 1,) offsets on that GPU (sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1] − 1);
+    max_seqlen_q, max_seqlen_k the longest lengths. `causal` is aligned bottom-right within each
+    sequence. Outside a CUDA graph the offsets are checked first (one synchronisation): starting at 0,
+    ending at the tensors' rows, no length negative or past its max_seqlen; a bad one raises
+    ValueError with nothing computed. Inside a graph they are the caller's to get right, as in
+    flash-attn (the kernel clamps them to the tensors).
+
+    Inference only: the varlen backward is not built yet, so a call that autograd would record (an
+    input requiring grad, grad mode on) raises NotImplementedError rather than return an output
+    without a gradient. dropout_p > 0, a window, softcap, alibi_slopes, return_attn_probs and
+    block_table refuse with NotImplementedError. Returns out (total_q, H_q, D), or (out, lse) with
+    return_lse=True: lse fp32 (H_q, total_q), flash-attn's varlen layout."""
+    fn = "flash_attn_varlen_func"
+    for name, given in (("dropout (dropout_p)", bool(dropout_p)),
+                        (f"a sliding window (window_size={tuple(window_size)})", tuple(window_size) != (-1, -1)),
+                        (f"logit softcapping (softcap={softcap})", bool(softcap)),
+                        ("ALiBi (alibi_slopes)", alibi_slopes is not None),
+                        ("return_attn_probs", return_attn_probs),
+                        ("a paged KV cache with varlen (block_table)", block_table is not None)):
+        if given:
+            raise _unsupported(name, fn)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError(f"fa_course.{fn}: the varlen backward is not built yet; call it under "
+                                  "torch.no_grad() (inference), or with inputs that need no gradient")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 3 or not t.is_cuda or t.dtype != torch.bfloat16 or t.device != q.device:
+            raise ValueError(f"fa_course.{fn}: {name} must be a 3-D (total, H, D) bfloat16 tensor on {q.device}, "
+                             f"got {t.dtype} {tuple(t.shape)} on {t.device}")
+    if k.shape != v.shape or q.shape[2] != k.shape[2]:
+        raise ValueError(f"fa_course.{fn}: k and v must have one shape and q its head dim; got q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if cu.dim() != 1 or cu.dtype != torch.int32 or cu.device != q.device or cu.stride(0) != 1 or len(cu) < 2:
+            raise ValueError(f"fa_course.{fn}: {name} must be a contiguous int32 (B + 1,) tensor on {q.device}, "
+                             f"got {cu.dtype} {tuple(cu.shape)} on {cu.device}")
+    if len(cu_seqlens_q) != len(cu_seqlens_k):
+        raise ValueError(f"fa_course.{fn}: cu_seqlens_q and cu_seqlens_k hold different batch sizes "
+                         f"({len(cu_seqlens_q) - 1} and {len(cu_seqlens_k) - 1})")
+    if not torch.cuda.is_current_stream_capturing():
+        for name, cu, total, longest in (("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q),
+                                         ("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k)):
+            lengths = cu[1:] - cu[:-1]
+            if int(cu[0]) != 0 or int(cu[-1]) != total or bool((lengths < 0).any()) or \
+                    int(lengths.max()) > longest:
+                raise ValueError(f"fa_course.{fn}: {name} must run from 0 to the tensor's {total} rows, never "
+                                 f"decreasing, no length past {longest}; got {cu.tolist()}")
+    b = len(cu_seqlens_q) - 1
+    total_q, h_q, d = q.shape
+    o = torch.empty((total_q, h_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((h_q, total_q), dtype=torch.float32, device=q.device) if return_lse else None
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    if softmax_scale is not None and abs(scale) <= _FP32_ROUNDS_TO_ZERO:  # 0 would mean 1/sqrt(D) in C
+        raise ValueError(f"fa_course.{fn}: softmax_scale {softmax_scale} rounds to 0 in fp32")
+    packed = lambda t: [0, t.stride(1), t.stride(0), t.stride(2)]  # (batch, head, row, dim); no batch
+    p = _capi.make_params(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+                          lse=lse.data_ptr() if lse is not None else 0, batch=b, heads_q=h_q, heads_kv=k.shape[1],
+                          seqlen_q=int(max_seqlen_q), seqlen_kv=int(max_seqlen_k), head_dim=d,
+                          strides=[packed(q), packed(k), packed(v), packed(o)], softmax_scale=scale,
+                          causal=bool(causal), bottom_right=True)
+    p.cu_seqlens_q, p.cu_seqlens_kv = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+    p.total_q, p.total_kv = total_q, k.shape[0]
+    workspace = None  # a decode-shaped call's keys are split, its workspace from PyTorch's allocator
+    if int(max_seqlen_q) * (h_q // max(k.shape[1], 1)) <= _capi.DECODE_MAX_PACKED_ROWS:
+        nbytes = _capi.forward_workspace_size(p)
+        if nbytes:
+            workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+            p.workspace, p.workspace_bytes = workspace.data_ptr(), nbytes
+    with torch.cuda.device(q.device):
+        _capi.forward(_capi.STEP_AUTO, p, _stream(q.device.index))
+    return (o, lse) if return_lse else o
+
+
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None, rotary_cos=None,
                             rotary_sin=None, cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,

@@ -211,5 +211,64 @@ TEST(ValidatePagedKv, DecodeOnlyWhereTheStepSaysSo) {
   EXPECT_NE(st.message().find("a paged KV cache (block_table) is for decode calls"), std::string::npos) << st.message();
 }
 
+// Packed sequences (step 31): Q and O (total_q, H_q, D), K and V (total_kv, H_kv, D), B + 1 offsets.
+AttentionParams varlen() {
+  AttentionParams p = stand_in_params(3, 8, 2, 512, 1024, 64);
+  p.q_stride = p.o_stride = Strides{0, 64, 8 * 64, 1};
+  p.k_stride = p.v_stride = Strides{0, 64, 2 * 64, 1};
+  p.cu_seqlens_q = static_cast<const int32_t*>(stand_in(9));
+  p.cu_seqlens_kv = static_cast<const int32_t*>(stand_in(10));
+  p.total_q = 700, p.total_kv = 1500;
+  return p;
+}
+
+Capabilities varlen_caps() {
+  Capabilities c = caps(true);
+  c.varlen = true;
+  return c;
+}
+
+void expect_varlen_refused(const AttentionParams& p, const std::string& why) {
+  const Status st = validate(p, varlen_caps());
+  EXPECT_FALSE(st.ok()) << "accepted; expected a refusal about: " << why;
+  EXPECT_NE(st.message().find(why), std::string::npos) << "expected \"" << why << "\", got: " << st.message();
+}
+
+TEST(ValidateVarlen, OffsetsOnlyWhereTheStepReadsThem) {
+  AttentionParams p = varlen();
+  expect_refused(p, true, "cu_seqlens_q and cu_seqlens_kv must be null");
+  EXPECT_TRUE(validate(p, varlen_caps()).ok()) << validate(p, varlen_caps()).message();
+  p.cu_seqlens_kv = nullptr;
+  expect_varlen_refused(p, "need both cu_seqlens_q and cu_seqlens_kv");
+  p = varlen();
+  p.total_kv = 0;
+  expect_varlen_refused(p, "total_q and total_kv (the packed tensors' rows) must be >= 1");
+  p = varlen();
+  p.cu_seqlens_q = reinterpret_cast<const int32_t*>(static_cast<const char*>(stand_in(9)) + 2);
+  expect_varlen_refused(p, "must be 4-byte aligned");
+  p = varlen();
+  p.seqlens_kv = static_cast<const int32_t*>(stand_in(7));
+  Capabilities c = varlen_caps();
+  c.seqlens_kv = true;
+  const Status st = validate(p, c);
+  EXPECT_NE(st.message().find("seqlens_kv and block_table must be null"), std::string::npos) << st.message();
+  p = stand_in_params(3, 8, 2, 512, 1024, 64);
+  p.total_q = 5;  // a packed size without offsets: a mistake, not ignored
+  expect_varlen_refused(p, "total_q and total_kv are for variable-length sequences");
+  p = varlen();
+  p.cu_seqlens_q = static_cast<const int32_t*>(static_cast<const void*>(p.lse));  // where the LSE goes
+  expect_varlen_refused(p, "overlaps o, lse or the workspace");
+}
+
+// The packed tensors are judged by their rows: (total, H, D), the batch stride never stepped.
+TEST(ValidateVarlen, PackedTensorsAreJudgedByTheirRows) {
+  AttentionParams p = varlen();
+  p.o_stride.seq = 64;  // two heads' rows on one another
+  expect_varlen_refused(p, "two of its elements would be written to the same place");
+  p = varlen();
+  p.k = static_cast<const char*>(p.o) - 1500 * 2 * 64 * 2 + 64;  // K's last row runs into O
+  expect_varlen_refused(p, "o overlaps q, k or v");
+}
+
 }  // namespace
 }  // namespace fa

@@ -2,6 +2,7 @@
 every layout, GQA, both causal alignments, LSE; torch.compile(fullgraph=True), opcheck, CUDA graph
 replay, bad inputs. Skipped without PyTorch or a CUDA GPU (the ctest case `python.torch` then
 reports itself skipped, never passed)."""
+import itertools
 import math
 import warnings
 
@@ -315,6 +316,42 @@ def test_flash_attn_with_kvcache_paged_appends_through_the_block_table(page_size
         torch.testing.assert_close(lse[i:i + 1].double(), ref_lse.double(), atol=1e-3, rtol=1e-3)
     written = sum(lengths) + b * n_new
     assert int((~torch.isnan(k_cache.float()).any(-1).any(-1)).sum()) == written, "a row no token owns was written"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attn_varlen_func_attends_within_each_sequence(causal):
+    """flash-attn's varlen call: sequences packed end to end, each attending to its own keys only
+    (causal bottom-right within it); the same answer as each sequence alone, and its LSE in
+    (H_q, total_q)."""
+    q_len, k_len, h_q, h_kv, d = [5, 1, 130, 64], [5, 300, 130, 1], 8, 2, 128
+    g = torch.Generator(device=DEV).manual_seed(61)
+    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
+    q, k, v = rnd(sum(q_len), h_q, d), rnd(sum(k_len), h_kv, d), rnd(sum(k_len), h_kv, d)
+    cu = lambda lengths: torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device=DEV)
+    with torch.no_grad():
+        out, lse = fa_course.flash_attn_varlen_func(q, k, v, cu(q_len), cu(k_len), max(q_len), max(k_len),
+                                                    causal=causal, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (h_q, sum(q_len))
+    qa = ka = 0
+    for nq, nk in zip(q_len, k_len):
+        ref_o, ref_lse = reference(q[None, qa:qa + nq], k[None, ka:ka + nk], v[None, ka:ka + nk], causal=causal,
+                                   bottom_right=True, lse=True)
+        close(out[None, qa:qa + nq], ref_o)
+        torch.testing.assert_close(lse[:, qa:qa + nq].double(), ref_lse[0].double(), atol=1e-3, rtol=1e-3)
+        qa, ka = qa + nq, ka + nk
+
+
+def test_flash_attn_varlen_func_refuses_what_it_cannot_do():
+    q = torch.zeros(10, 4, 64, dtype=torch.bfloat16, device=DEV)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32, device=DEV)
+    with pytest.raises(NotImplementedError, match="varlen backward is not built yet"):
+        fa_course.flash_attn_varlen_func(q.clone().requires_grad_(), q, q, cu, cu, 6, 6)
+    with pytest.raises(ValueError, match="no length past 5"):
+        fa_course.flash_attn_varlen_func(q, q, q, cu, cu, 5, 6)  # a sequence of 6 with max_seqlen_q = 5
+    with pytest.raises(ValueError, match="must run from 0 to the tensor's 10 rows"):
+        fa_course.flash_attn_varlen_func(q, q, q, torch.tensor([0, 4, 9], dtype=torch.int32, device=DEV), cu, 6, 6)
+    with pytest.raises(NotImplementedError, match="sliding window"):
+        fa_course.flash_attn_varlen_func(q, q, q, cu, cu, 6, 6, window_size=(3, 0))
 
 
 def test_flash_attn_with_kvcache_refuses_what_it_does_not_have():

@@ -154,6 +154,26 @@ TEST(CApi, PagedCacheFieldsReachValidation) {
   EXPECT_NE(std::string(err).find("reserved_flags is 1"), std::string::npos) << err;
 }
 
+// Version 6's varlen fields: refused by a step that does not read offsets, taken by step 31.
+TEST(CApi, VarlenFieldsReachValidation) {
+  char err[256] = {};
+  fa_attention_params p = valid_params();
+  p.cu_seqlens_q = static_cast<const int32_t*>(stand_in(9));
+  p.cu_seqlens_kv = static_cast<const int32_t*>(stand_in(10));
+  p.total_q = p.total_kv = 200;  // (200, H, D) packed tensors
+  for (int t = 0; t < 4; ++t) {
+    p.strides[t][FA_AXIS_BATCH] = 0;
+    p.strides[t][FA_AXIS_HEAD] = 64;
+    p.strides[t][FA_AXIS_SEQ] = 4 * 64;
+  }
+  EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("cu_seqlens_q and cu_seqlens_kv must be null"), std::string::npos) << err;
+  EXPECT_EQ(fa_validate(31, &p, err, sizeof err), FA_OK) << err;
+  p.total_kv = 0;
+  EXPECT_EQ(fa_validate(31, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("total_q and total_kv"), std::string::npos) << err;
+}
+
 TEST(CApi, UnsupportedHeadDimIsRefusedWithWhatIsSupported) {
   fa_attention_params p = valid_params(96);
   for (int t = 0; t < 4; ++t) EXPECT_EQ(p.strides[t][FA_AXIS_SEQ], 96);
@@ -288,10 +308,11 @@ TEST(CApi, EveryStepRefusesAnOutputWhoseRowsOverlap) {
   }
 }
 
-// Version 3's struct_size: unset or smaller (a caller built against another layout) is invalid; a
-// larger struct (a later version's) is taken when the fields this library does not know are zero.
+// Version 3's struct_size: unset or smaller than version 5's (a caller built against another layout)
+// is invalid; version 5's is taken without the varlen fields; a larger struct (a later version's) is
+// taken when the fields this library does not know are zero.
 TEST(CApi, StructSizeComesFirstAndGuardsTheLayout) {
-  EXPECT_EQ(FA_C_API_VERSION, 5);
+  EXPECT_EQ(FA_C_API_VERSION, 6);
   EXPECT_EQ(offsetof(fa_attention_params, struct_size), 0u);
   char err[256] = {};
   fa_attention_params p = valid_params();
@@ -299,6 +320,17 @@ TEST(CApi, StructSizeComesFirstAndGuardsTheLayout) {
   EXPECT_EQ(fa_validate(first_step_number(), &p, err, sizeof err), FA_ERROR_INVALID);
   EXPECT_NE(std::string(err).find("struct_size is 0; set it to sizeof(fa_attention_params)"), std::string::npos) << err;
   EXPECT_EQ(fa_forward(FA_STEP_AUTO, &p, nullptr, err, sizeof err), FA_ERROR_INVALID);
+  // A version-5 caller's struct ends before the varlen fields: taken, with them zero (here the bytes
+  // past its size are garbage, which the library must not read).
+  {
+    fa_attention_params v5 = valid_params();
+    std::memset(reinterpret_cast<char*>(&v5) + offsetof(fa_attention_params, cu_seqlens_q), 0xAB,
+                sizeof v5 - offsetof(fa_attention_params, cu_seqlens_q));
+    v5.struct_size = offsetof(fa_attention_params, cu_seqlens_q);
+    EXPECT_EQ(fa_validate(first_step_number(), &v5, err, sizeof err), FA_OK) << err;
+    v5.struct_size -= 8;  // smaller than any version this library takes
+    EXPECT_EQ(fa_validate(first_step_number(), &v5, err, sizeof err), FA_ERROR_INVALID);
+  }
   struct Later {
     fa_attention_params p;
     int64_t new_option;
