@@ -1,7 +1,8 @@
 """fa_course as transformers' attention (fa_course.integrations.transformers) on a small Llama-shaped
 model built here with random weights (no downloads): 2 layers, 4 query heads over 2 KV heads
 (GQA), D = 128, bf16. Against PyTorch's SDPA on the same weights and an fp32 eager copy: prefill
-logits, prefill after a KV cache (fewer queries than keys), `generate` with the cache, a compiled
+logits, prefill after a KV cache (fewer queries than keys), `generate` with the cache, a padded
+batch and `generate` on one (through the varlen call), a compiled
 attention call and a compiled model, a training step's gradients and a short training run beside
 SDPA's; and each input it must refuse. Needs a CUDA GPU and
 transformers (tests/python/run.sh skips the ctest case, with the reason, where either is missing)."""
@@ -141,13 +142,55 @@ def test_compiled_model_is_one_graph_within_sdpas_error():
 
 
 @torch.no_grad()
+@torch.no_grad()
+def test_padded_batch_is_each_sequence_alone():
+    """A batch of different lengths, left-padded as generate pads it: each sequence's logits are its
+    own, unpadded (flash_attn_varlen_func underneath), and the padded rows' attention is zero, not NaN."""
+    x = ids(3, 80, seed=7)
+    lengths = [80, 51, 17]
+    mask = torch.zeros_like(x)
+    for i, n in enumerate(lengths):
+        mask[i, 80 - n:] = 1
+    out = model(NAME)(x, attention_mask=mask).logits
+    exact, sdpa = model("eager", torch.float32), model("sdpa")
+    for i, n in enumerate(lengths):
+        alone = exact(x[i:i + 1, 80 - n:]).logits
+        ref = sdpa(x[i:i + 1, 80 - n:]).logits
+        print(f"sequence {i} ({n} tokens): fa_course rel {rel(out[i:i + 1, 80 - n:], alone):.2e}, "
+              f"sdpa rel {rel(ref, alone):.2e}")
+        assert rel(out[i:i + 1, 80 - n:], alone) <= 1.5 * rel(ref, alone) + 1e-3
+    assert torch.isfinite(out).all()
+
+
+@torch.no_grad()
+def test_generate_a_left_padded_batch():
+    """generate on sequences of different lengths: after the prefill every step is a decode call over
+    each sequence's own cached tokens. Each generated token is the fp32 model's choice for that
+    sequence alone, unpadded, up to bf16's own error on its logits (as test_generate_with_a_kv_cache)."""
+    x = ids(2, 40, seed=8)
+    mask = torch.ones_like(x)
+    mask[1, :15] = 0  # the second sequence has 25 tokens, left-padded
+    x[1, :15] = 0
+    seq = model(NAME).generate(x, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    assert seq.shape == (2, 52)
+    exact, sdpa = model("eager", torch.float32), model("sdpa")
+    for i, start in ((0, 0), (1, 15)):
+        own = seq[i:i + 1, start:]  # the sequence alone: its prompt and its generated tokens
+        n = 40 - start
+        ex = exact(own).logits[:, n - 1:-1]
+        tol = 4 * worst(sdpa(own).logits[:, n - 1:-1], ex)
+        chosen = ex.gather(-1, own[:, n:, None]).squeeze(-1)
+        gap = (ex.max(-1).values - chosen).max().item()
+        assert gap <= tol, f"sequence {i}: a generated token's fp32 logit is {gap:.3f} below the best"
+
+
 def test_refusals_say_why():
     x = ids(2, 64, seed=6)
     m = model(NAME)
     padded = torch.ones_like(x)
     padded[0, :10] = 0  # the first sequence is 10 tokens shorter
-    with pytest.raises(ValueError, match="padding mask"):
-        m(x, attention_mask=padded)
+    with torch.enable_grad(), pytest.raises(ValueError, match="padding mask .* while autograd records"):
+        m(x, attention_mask=padded)  # a forward autograd records: the varlen backward is not built
     with pytest.raises(ValueError, match="bfloat16"):
         model(NAME, torch.float16)(x)
     d96 = copy.deepcopy(CONFIG)

@@ -8,10 +8,13 @@
 What it serves: bf16 attention at the head dims the course builds (64, 128), grouped-query heads,
 prefill (causal; with fewer queries than keys, as after a KV cache, the mask is aligned bottom-right,
 flash-attn's convention), decoding (one query against the cache) and non-causal (encoder-style)
-attention. What it refuses, with a ValueError or fa_course.UnsupportedInputError that says why,
-instead of computing something else: a padding mask (a batch of sequences of different lengths),
-packed sequences, a sliding window or chunked mask, any other mask a model overlays, dropout,
-logit softcapping, attention sinks, another dtype or head dim.
+attention. A padded batch (sequences of different lengths, left or right padded, as `generate`
+makes them) runs without its padding in inference: each sequence's tokens are gathered into a packed
+batch for fa_course.flash_attn_varlen_func and scattered back, the padded rows' outputs zero. What
+it refuses, with a ValueError or fa_course.UnsupportedInputError that says why, instead of
+computing something else: a padding mask in training (the varlen backward is not built yet), packed
+sequences, a sliding window or chunked mask, any other mask a model overlays, dropout, logit
+softcapping, attention sinks, another dtype or head dim.
 
 Training: query, key and value get their gradients from the course's backward (fa_course.attention
 is differentiable), so a model trains with it as with 'sdpa'. Attention dropout is refused, as
@@ -44,19 +47,50 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                       is_causal: Optional[bool] = None, **kwargs):
     """The attention function transformers calls: query (B, H_q, N_q, D), key and value
     (B, H_kv, N_kv, D); returns ((B, N_q, H_q, D), None) like transformers' own implementations."""
-    if attention_mask is not None:
-        # The mask function registered with this one returns None unless the batch has padding.
-        raise _refuse("a padding mask (sequences of different lengths in one batch); varlen batches are a later "
-                      "part of the course")
     if dropout:
         raise _refuse(f"attention dropout ({dropout}); call model.eval(), or set the config's attention_dropout to 0")
     for name, neutral in _NEUTRAL.items():
         if kwargs.get(name) is not None and kwargs[name] not in neutral:
             raise _refuse(f"{name}={kwargs[name]!r}")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    if attention_mask is not None:
+        # The mask function registered with this one returns None unless the batch has padding.
+        return _without_padding(query, key, value, attention_mask, bool(causal), scaling), None
     out = ops.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(causal),
                         causal_align="bottom_right", softmax_scale=scaling)
     return out, None
+
+
+def _without_padding(query, key, value, mask, causal, scaling):
+    """Attention over a padded batch, each sequence on its own tokens: the (B, N_kv) mask's kept keys
+    and, for the queries, its last N_q columns (the new tokens), gathered into packed sequences for the
+    varlen call and scattered back; padded query rows are zero. Inference only: the varlen backward is
+    not built, so a call autograd would record is refused."""
+    if mask.dim() != 2 or mask.shape[0] != query.shape[0] or mask.shape[1] != key.shape[2]:
+        raise _refuse(f"an attention mask of shape {tuple(mask.shape)} (a (B, N_kv) padding mask is served)")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+        raise _refuse("a padding mask (sequences of different lengths in one batch) while autograd records "
+                      "(training, or a forward outside torch.no_grad()): the varlen backward is not built yet; "
+                      "run inference under torch.no_grad(), or train with 'sdpa'")
+    b, h_q, n_q, d = query.shape
+    h_kv, n_kv = key.shape[1], key.shape[2]
+    keep_k = mask.bool()
+    keep_q = keep_k[:, -n_q:]
+    rows_q, rows_k = keep_q.flatten().nonzero().squeeze(1), keep_k.flatten().nonzero().squeeze(1)
+    len_q, len_k = keep_q.sum(1, dtype=torch.int32), keep_k.sum(1, dtype=torch.int32)
+
+    def cu(lengths):  # B + 1 offsets
+        return torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+
+    def packed(t, n, h, rows):  # (B, H, N, D) → the kept rows of (B·N, H, D)
+        return t.transpose(1, 2).reshape(b * n, h, d)[rows]
+
+    q, k, v = packed(query, n_q, h_q, rows_q), packed(key, n_kv, h_kv, rows_k), packed(value, n_kv, h_kv, rows_k)
+    out = torch.zeros(b * n_q, h_q, d, dtype=query.dtype, device=query.device)
+    if len(rows_q) and len(rows_k):
+        out[rows_q] = ops.flash_attn_varlen_func(q, k, v, cu(len_q), cu(len_k), int(len_q.max()), int(len_k.max()),
+                                                 softmax_scale=scaling, causal=causal)
+    return out.view(b, n_q, h_q, d)
 
 
 # transformers' mask primitives this integration honours (each model composes its mask from them;
