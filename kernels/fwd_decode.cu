@@ -5,8 +5,10 @@
 // the calls it is for (accepts()): a group's rows fit one tile, N_q·G <= 64 (decode, speculative
 // decoding, a short chunk of prefill), and either the caller gave a workspace, so the keys can be
 // split, or a length per sequence (step 29's ragged caches) or a block table (step 30's paged
-// caches), which only this kernel reads, or the packed grid fills the GPU without splitting. On an H200 it reads the KV
-// cache at the memory's rate, 3× what the Hopper forward's 128-row tiles reach on one real row.
+// caches), which only this kernel reads, or the packed grid fills the GPU without splitting; and
+// every call of packed sequences (step 31's varlen), whatever its length, since only it reads their
+// offsets. On an H200 it reads the KV cache at the memory's rate, 3× what the Hopper forward's
+// 128-row tiles reach on one real row.
 //
 // What step 28 hard-wired is the production layer's here: the epilogue (PackedStore, bf16 O or the
 // fp32 partials, kernels/epilogue.h) and the tuner's configuration list; the mask is the call's
@@ -65,8 +67,8 @@ struct Config {
   }
 };
 
-// The rows of a group that fit one tile of every configuration: accepts() takes no more
-// (library/split_kv.h, which sizes the workspace from it).
+// The rows of a group that fit one tile of every configuration: accepts() takes no more, except for
+// varlen calls (library/split_kv.h sizes the decode workspace from it).
 constexpr int kMaxPackedRows = int(kDecodeMaxPackedRows);
 static_assert(kDecodeKvTile == 64, "every configuration's BLOCK_N: the workspace bound counts these tiles");
 
@@ -372,6 +374,11 @@ bool accepts(const AttentionParams& p) {
 Status route(const AttentionParams& p, cudaStream_t stream, bool* taken) {
   *taken = accepts(p);
   if (*taken) return forward(p, stream);
+  if (p.cu_seqlens_q != nullptr)  // only this kernel reads the offsets: never the prefill kernel's
+    return Status::Unsupported(
+        "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 64 "
+        "and 128; this call has head dim " +
+        std::to_string(p.head_dim));
   if (p.seqlens_kv != nullptr || p.block_table != nullptr)
     return Status::Unsupported(std::string(p.block_table != nullptr ? "a paged KV cache (block_table)"
                                                                     : "a length per sequence (seqlens_kv)") +

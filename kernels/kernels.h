@@ -16,10 +16,10 @@ constexpr int kProductionHopper = 101;
 constexpr int kProductionDecode = 102;
 
 namespace decode {
-/// Whether the decode kernel takes call p: head dim 64 or 128, N_q·(H_q / H_kv) <= 64 (a group's
-/// rows fit one tile), and either a workspace (it can split the keys), a length per sequence
-/// (seqlens_kv) or a block table (a paged cache), which only it reads, or B·H_kv blocks that fill
-/// the GPU without splitting.
+/// Whether the decode kernel takes call p: head dim 64 or 128, and packed sequences (cu_seqlens, any
+/// length), or N_q·(H_q / H_kv) <= 64 (a group's rows fit one tile) with a workspace (it can split
+/// the keys), a length per sequence (seqlens_kv) or a block table (a paged cache), which only it
+/// reads, or B·H_kv blocks that fill the GPU without splitting.
 bool accepts(const AttentionParams& p);
 /// GQA-packed split-KV attention (validated params; the split from num_splits and the workspace).
 Status forward(const AttentionParams& p, cudaStream_t stream);

@@ -61,16 +61,20 @@ class ScratchOutputs {
   ScratchOutputs& operator=(const ScratchOutputs&) = delete;
 
   // Points `p`'s O (contiguous (B, H, N, D)) and, if it writes one, its LSE at scratch memory.
+  // Packed sequences (varlen) write O as (total_q, H, D) and the LSE as (H, total_q), at rows their
+  // offsets name: the scratch has the packed tensors' shape, total_q rows whatever slice is timed.
   // False when the memory is not there; the CUDA error is cleared, the call goes on untuned.
   bool redirect(AttentionParams& p) {
-    const size_t rows = size_t(p.batch * p.heads_q * p.seqlen_q);
+    const bool packed = p.cu_seqlens_q != nullptr;
+    const size_t rows = size_t(p.heads_q) * size_t(packed ? p.total_q : p.batch * p.seqlen_q);
     if (cudaMallocAsync(&o_, rows * size_t(p.head_dim) * element_bytes(p.dtype), stream_) != cudaSuccess ||
         (p.lse && cudaMallocAsync(reinterpret_cast<void**>(&lse_), rows * sizeof(float), stream_) != cudaSuccess)) {
       cudaGetLastError();
       return false;
     }
     p.o = o_;
-    p.o_stride = bhnd_strides(p.heads_q, p.seqlen_q, p.head_dim);
+    p.o_stride =
+        packed ? Strides{0, p.head_dim, p.heads_q * p.head_dim, 1} : bhnd_strides(p.heads_q, p.seqlen_q, p.head_dim);
     if (p.lse) p.lse = lse_;
     return true;
   }

@@ -192,7 +192,7 @@ Status check_paged(const AttentionParams& p, const Capabilities& caps) {
   if (p.num_pages < 1 || p.num_pages > kInt32Max)
     return fail("num_pages must be in [1, 2^31 - 1] (got " + std::to_string(p.num_pages) + ")");
   const int64_t pages_per_sequence = p.seqlen_kv / p.page_size + (p.seqlen_kv % p.page_size != 0);
-  if (p.block_table_stride < pages_per_sequence)
+  if (p.batch > 1 && p.block_table_stride < pages_per_sequence)  // one sequence: its stride is never stepped
     return fail("block_table_stride (" + std::to_string(p.block_table_stride) +
                 ") must hold a sequence's pages: N_kv / page_size rounded up = " + std::to_string(pages_per_sequence));
   if (p.batch > 1 && p.block_table_stride > (int64_t(1) << 40))

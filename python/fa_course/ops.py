@@ -511,10 +511,12 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         rows = seqlens.long()[:, None] + torch.arange(n_new, device=q.device)  # (B, N_new)
         if paged:  # key j: row j % page_size of page block_table[b, j // page_size]
             batch, rows = block_table.long().gather(1, rows // page_size), rows % page_size
+            if not torch.cuda.is_current_stream_capturing() and \
+                    bool(((batch < 0) | (batch >= k_cache.shape[0])).any()):
+                raise ValueError(f"fa_course.{fn}: block_table names pages outside the pool's {k_cache.shape[0]} "
+                                 "for the new tokens; nothing was written")
         else:
             batch = torch.arange(b, device=q.device)[:, None].expand_as(rows)
-        k_cache[batch, rows] = k
-        v_cache[batch, rows] = v
         seqlens = seqlens + n_new
     seqlens = seqlens.contiguous()
     b_, n_q, h_q, d = q.shape
@@ -535,5 +537,10 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
         p.workspace, p.workspace_bytes = workspace.data_ptr(), nbytes
     with torch.cuda.device(q.device):
+        if k is not None:  # the call is judged before the caches change: a refused call writes nothing
+            if (err := _capi.validate(_capi.STEP_AUTO, p)) is not None:
+                raise err
+            k_cache[batch, rows] = k
+            v_cache[batch, rows] = v
         _capi.forward(_capi.STEP_AUTO, p, _stream(q.device.index))
     return (o, lse) if return_softmax_lse else o

@@ -362,9 +362,16 @@ def test_flash_attn_with_kvcache_refuses_what_it_does_not_have():
         fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, block_table=torch.zeros(2, 1, dtype=torch.int64,
                                                                                         device=DEV))
     pool = torch.zeros(4, 48, 2, 64, dtype=torch.bfloat16, device=DEV)  # pages of 48 keys: not a power of two
+    table = torch.zeros(2, 1, dtype=torch.int32, device=DEV)
+    new = torch.ones(2, 1, 2, 64, dtype=torch.bfloat16, device=DEV)
     with pytest.raises(fa_course.UnsupportedInputError, match="page_size must be a power of two"):
-        fa_course.flash_attn_with_kvcache(q, pool, pool.clone(), block_table=torch.zeros(2, 1, dtype=torch.int32,
-                                                                                          device=DEV))
+        fa_course.flash_attn_with_kvcache(q, pool, pool.clone(), new, new, cache_seqlens=3, block_table=table)
+    assert not pool.any(), "a refused call wrote its new tokens into the cache"
+    pool = torch.zeros(4, 16, 2, 64, dtype=torch.bfloat16, device=DEV)
+    with pytest.raises(ValueError, match="names pages outside the pool"):
+        fa_course.flash_attn_with_kvcache(q, pool, pool.clone(), new, new, cache_seqlens=3,
+                                          block_table=torch.full((2, 1), 9, dtype=torch.int32, device=DEV))
+    assert not pool.any()
     k = torch.zeros(2, 2, 2, 64, dtype=torch.bfloat16, device=DEV)
     before = k_cache.clone()
     with pytest.raises(ValueError, match="nothing was written"):

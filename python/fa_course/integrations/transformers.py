@@ -75,7 +75,19 @@ def _without_padding(query, key, value, mask, causal, scaling):
     b, h_q, n_q, d = query.shape
     h_kv, n_kv = key.shape[1], key.shape[2]
     keep_k = mask.bool()
-    keep_q = keep_k[:, -n_q:]
+    # Which queries are tokens: with as many queries as keys, the mask's own; one query (decoding, or
+    # a cross-attention step) is always one; new tokens after a cache are the mask's last N_q. Other
+    # shapes (cross-attention over a padded memory with several queries, more queries than keys) have
+    # no query mask here to go by.
+    if n_q == n_kv:
+        keep_q = keep_k
+    elif n_q == 1:
+        keep_q = torch.ones(b, 1, dtype=torch.bool, device=keep_k.device)
+    elif causal and n_q < n_kv:
+        keep_q = keep_k[:, -n_q:]
+    else:
+        raise _refuse(f"a padding mask on a call of {n_q} queries and {n_kv} keys (cross-attention over a padded "
+                      "memory): its queries' padding is not known here")
     rows_q, rows_k = keep_q.flatten().nonzero().squeeze(1), keep_k.flatten().nonzero().squeeze(1)
     len_q, len_k = keep_q.sum(1, dtype=torch.int32), keep_k.sum(1, dtype=torch.int32)
 
