@@ -1,0 +1,52 @@
+// The per-sequence arithmetic the Part V kernels run before anything else, on the CPU (the same
+// __host__ __device__ code): a packed sequence's rows from its offsets, clamped to the tensor and to
+// the longest length whatever the offsets hold (device/varlen.h), and a power-of-two page size's
+// shift (device/paged_kv.h).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "device/paged_kv.h"
+#include "device/varlen.h"
+
+namespace fa {
+namespace {
+
+TEST(VarlenRows, WellFormedOffsetsGiveEachSequenceItsRows) {
+  const std::vector<int32_t> cu = {0, 5, 5, 12};  // lengths 5, 0, 7
+  const SequenceRows a = sequence_rows(cu.data(), 0, 12, 7), b = sequence_rows(cu.data(), 1, 12, 7),
+                     c = sequence_rows(cu.data(), 2, 12, 7);
+  EXPECT_EQ(a.first, 0);
+  EXPECT_EQ(a.length, 5);
+  EXPECT_EQ(b.first, 5);
+  EXPECT_EQ(b.length, 0);
+  EXPECT_EQ(c.first, 5);
+  EXPECT_EQ(c.length, 7);
+}
+
+// Offsets the host never sees can be anything: every sequence stays inside the tensor and within the
+// longest length the grid was sized for.
+TEST(VarlenRows, BadOffsetsAreClampedIntoTheTensor) {
+  const std::vector<int32_t> cu = {-4, 3, 100, 50, 2000000000};
+  const int64_t total = 60, longest = 20;
+  for (int64_t b = 0; b + 1 < int64_t(cu.size()); ++b) {
+    const SequenceRows s = sequence_rows(cu.data(), b, total, longest);
+    EXPECT_GE(s.first, 0) << b;
+    EXPECT_LE(s.first, total) << b;
+    EXPECT_GE(s.length, 0) << b;
+    EXPECT_LE(s.length, longest) << b;
+    EXPECT_LE(s.first + s.length, total) << b;
+  }
+  EXPECT_EQ(sequence_rows(cu.data(), 0, total, longest).length, 3);   // from row 0, not −4
+  EXPECT_EQ(sequence_rows(cu.data(), 1, total, longest).length, 20);  // 97 rows cut to the longest
+  EXPECT_EQ(sequence_rows(cu.data(), 2, total, longest).length, 0);   // starts past the tensor
+  EXPECT_EQ(sequence_rows(cu.data(), 3, total, longest).length, 10);  // cut at the tensor's end
+}
+
+TEST(PagedRows, PageSizeShiftIsItsLog2) {
+  for (int s = 0; s <= 30; ++s) EXPECT_EQ(tile::log2_of_power_of_two(int64_t(1) << s), s);
+}
+
+}  // namespace
+}  // namespace fa
