@@ -61,22 +61,35 @@ std::vector<const StepInfo*> candidates() {
   return out;
 }
 
+// Whether a step has every Part V option the call uses (a split, lengths per sequence, pages,
+// packed sequences). When no step takes a call, the refusal that explains it is the last one among
+// those that do: step 00's "block_table must be null" says nothing about a call whose page size is
+// wrong.
+bool takes_options_of(const AttentionParams& p, const Capabilities& c) {
+  return (p.num_splits <= 1 || c.split_kv) && (!p.seqlens_kv || c.seqlens_kv) && (!p.block_table || c.paged_kv) &&
+         (!p.cu_seqlens_q || c.varlen);
+}
+
 }  // namespace
 
 Status choose_step(const AttentionParams& params, int* number) {
-  Status last = Status::Unsupported("no step is registered");
+  Status last = Status::Unsupported("no step is registered"), telling = last;
+  bool told = false;
   for (const StepInfo* s : candidates()) {
     last = validate(params, s->caps);
     if (last.ok()) {
       *number = s->number;
       return last;
     }
+    if (takes_options_of(params, s->caps)) telling = last, told = true;
   }
-  return last;  // step 00's refusal: the most general step, whose reason is about the input
+  // The most general step's refusal among those with the call's options: its reason is the input's.
+  return told ? telling : last;
 }
 
 Status forward_auto(const AttentionParams& params, cudaStream_t stream, int* number) {
-  Status last = Status::Unsupported("no step is registered");
+  Status last = Status::Unsupported("no step is registered"), telling = last;
+  bool told = false;
   for (const StepInfo* s : candidates()) {
     // Every forward validates first, and a refusal (by validation, or at launch when no
     // configuration fits this GPU's shared memory) writes nothing: the next candidate may run it.
@@ -86,8 +99,9 @@ Status forward_auto(const AttentionParams& params, cudaStream_t stream, int* num
       *number = s->number;
       return last;
     }
+    if (takes_options_of(params, s->caps)) telling = last, told = true;
   }
-  return last;  // step 00's refusal: the most general step, whose reason is about the input
+  return told ? telling : last;  // as choose_step: the most general refusal with the call's options
 }
 
 Status backward_auto(const BackwardParams& params, cudaStream_t stream, int* number) {

@@ -144,6 +144,10 @@ TEST(CApi, PagedCacheFieldsReachValidation) {
   p.page_size = 24;
   EXPECT_EQ(fa_validate(30, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
   EXPECT_NE(std::string(err).find("page_size must be a power of two (got 24)"), std::string::npos) << err;
+  // The library's choice refuses it too, and says why with the reason of a step that pages, not
+  // step 00's "block_table must be null".
+  EXPECT_EQ(fa_validate(FA_STEP_AUTO, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("page_size must be a power of two (got 24)"), std::string::npos) << err;
   p = valid_params();
   p.num_pages = 3;
   EXPECT_EQ(fa_validate(30, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
