@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "device/ptx/mma.h"
+#include "tests/gpu/bf16_bits.h"
 #include "device/smem_tile.h"
 #include "device/warp_tile.h"
 #include "harness/cuda_check.h"
@@ -39,14 +40,8 @@ constexpr uint32_t kPoison32 = 0xFFFFFFFFu;
 
 // ---- host: bf16 bits, random data, comparisons --------------------------------------------------
 
-// fp32 → bf16 bits rounded to nearest, ties to even (finite x): the CPU model of pack_bf16x2.
-inline uint16_t bf16_bits(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-inline float bf16_float(uint16_t bits) {
-  return std::bit_cast<float>(uint32_t(bits) << 16);
-}
+using fa::testing::bf16_bits;  // tests/gpu/bf16_bits.h
+using fa::testing::bf16_float;
 
 class Rng {
  public:

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -19,17 +18,11 @@
 #include "harness/cuda_check.h"
 #include "harness/device_buffer.h"
 #include "reference/cpu_reference.h"
+#include "tests/gpu/bf16_bits.h"
 #include "tests/gpu/split_kv_check.h"
 
 namespace fa {
 namespace {
-
-// bf16 bits of a float that holds a bf16 value (the problem's inputs all do): its top half.
-uint16_t bf16_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return uint16_t(u >> 16);
-}
 
 // Runs the step on `s` (N_kv = the capacity) through a paged copy of its K and V, with `lengths`
 // (empty: no seqlens_kv, every sequence at the capacity) and num_splits (0: its choice, with a
@@ -58,8 +51,10 @@ void expect_paged_matches(ProblemShape s, int64_t page_size, const std::vector<i
       for (int64_t h = 0; h < H; ++h)
         for (int64_t d = 0; d < D; ++d) {
           const size_t to = size_t(page * page_stride + (j % page_size) * row + h * D + d);
-          k_pool[to] = bf16_bits(hk[size_t(b * p.k_stride.batch + h * p.k_stride.head + j * p.k_stride.seq + d)]);
-          v_pool[to] = bf16_bits(hv[size_t(b * p.v_stride.batch + h * p.v_stride.head + j * p.v_stride.seq + d)]);
+          k_pool[to] =
+              testing::bf16_bits(hk[size_t(b * p.k_stride.batch + h * p.k_stride.head + j * p.k_stride.seq + d)]);
+          v_pool[to] =
+              testing::bf16_bits(hv[size_t(b * p.v_stride.batch + h * p.v_stride.head + j * p.v_stride.seq + d)]);
         }
     }
   std::vector<double> ref_o, ref_lse;

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,26 +18,13 @@
 #include "harness/cuda_check.h"
 #include "harness/device_buffer.h"
 #include "reference/cpu_reference.h"
+#include "tests/gpu/bf16_bits.h"
 #include "tests/gpu/step_suite.h"
 
 namespace fa {
 namespace {
 
 constexpr int kGuardRows = 8;  // NaN rows after each packed tensor
-
-// A float rounded to bf16 (to nearest even), as its bits and as the float it now is.
-uint16_t to_bf16_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
-}
-float bf16_value(uint16_t bits) {
-  const uint32_t u = uint32_t(bits) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 
 struct Packed {
   std::vector<float> host;     // (total, H, D), bf16 values as floats
@@ -51,8 +37,8 @@ Packed random_packed(int64_t total, int64_t heads, int64_t d, std::mt19937& rng)
   t.bits.assign(size_t((total + kGuardRows) * heads * d), 0xFFFF);
   t.host.resize(size_t(total * heads * d));
   for (size_t i = 0; i < t.host.size(); ++i) {
-    t.bits[i] = to_bf16_bits(normal(rng));
-    t.host[i] = bf16_value(t.bits[i]);
+    t.bits[i] = testing::bf16_bits(normal(rng));
+    t.host[i] = testing::bf16_float(t.bits[i]);
   }
   return t;
 }
@@ -124,7 +110,7 @@ void expect_varlen_matches(const std::vector<int32_t>& q_len, const std::vector<
     for (int64_t h = 0; h < heads_q; ++h)
       for (int64_t i = 0; i < one.seqlen_q; ++i) {
         const int64_t row = cu_q[size_t(b)] + i;
-        for (int64_t c = 0; c < d; ++c) out.push_back(bf16_value(o_bits[size_t((row * heads_q + h) * d + c)]));
+        for (int64_t c = 0; c < d; ++c) out.push_back(testing::bf16_float(o_bits[size_t((row * heads_q + h) * d + c)]));
         out_lse.push_back(lse_all[size_t(h * total_q + row)]);
       }
   }
