@@ -395,7 +395,7 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
   // The block table is read while O, the LSE and the workspace are written: no byte in common.
   if (p.block_table) {
     const u128 table_bytes = (u128(uint64_t(p.batch - 1)) * u128(uint64_t(p.block_table_stride)) +
-                              u128(uint64_t(p.seqlen_kv / p.page_size + (p.seqlen_kv % p.page_size != 0)))) *
+                              u128(uint64_t((p.seqlen_kv + p.page_size - 1) / std::max<int64_t>(p.page_size, 1)))) *
                              4;
     if (Status st = check_address_range("block_table", p.block_table, table_bytes); !st.ok()) return st;
     if (overlaps(p.block_table, table_bytes, p.o, o_bytes) ||
