@@ -3,9 +3,10 @@
 // block_table[b][j / page_size]. A serving engine hands pages out as sequences grow and takes them
 // back when they end, so no sequence reserves its capacity up front.
 //
-// The kernel needs one thing it did not: the address of a key's row. PagedKv computes it; the tile
-// loader below looks the pages up first, every row a thread copies at once, then issues the copies,
-// K and V from the same pages (one lookup for both).
+// The kernel needs one thing it did not: the address of a key's row. PagedKv computes it;
+// lookup_tile_pages reads the pages of every row a thread copies of a tile, all at once, and the
+// kernel does it a tile ahead of load_paged_kv_async, which issues the copies, K and V from the same
+// pages (one lookup for both).
 #pragma once
 
 #include <cstdint>
@@ -35,11 +36,11 @@ struct PagedKv {
   int page_shift;         // log2(page_size): the page size is a power of two
   int last_page;          // num_pages − 1: a page number outside the pool is clamped to it
 
-  /// The page that holds key j (table entries outside [0, num_pages) clamped: never a wild read).
-  FA_HD int page_of(int j) const {
-    const int page = table[j >> page_shift];
-    return page < 0 ? 0 : (page > last_page ? last_page : page);
-  }
+  /// The table's entry for key j: the page that holds it, as the caller wrote it (a load; nothing
+  /// waits for it until clamped_page() uses it).
+  FA_HD int table_entry(int j) const { return table[j >> page_shift]; }
+  /// A table entry clamped into [0, num_pages): a bad entry reads a wrong page, never outside the pool.
+  FA_HD int clamped_page(int entry) const { return entry < 0 ? 0 : (entry > last_page ? last_page : entry); }
   /// Key j's row inside its page.
   FA_HD int row_in_page(int j) const { return j & ((1 << page_shift) - 1); }
 };
@@ -58,31 +59,62 @@ __device__ __forceinline__ PagedKv paged_kv(const AttentionParams& p, int64_t b,
                  int(p.num_pages) - 1};
 }
 
-/// Keys [first_key, first_key + ROWS) of `kv` into k_tile and v_tile by cp.async (rows >=
-/// valid_rows arrive as zeros, unread). Each thread first reads the pages of every row it copies,
-/// loads that do not wait on each other, then issues its copies: a lookup between two copies would
-/// wait for the table behind each (cp.async's asm is a memory barrier to the compiler). The caller
-/// commits the group.
+/// The pages of one warp's rows of a ROWS-row K/V tile, one per lane. CopyPlan gives a warp
+/// kWarpRows = 32 / kChunks rows per pass, the same rows of every pass shifted by kRowsPerPass:
+/// the warp's i-th row (i < kPasses · kWarpRows) is pass i / kWarpRows's row i % kWarpRows, and
+/// lane i holds its page. One register a thread, whatever the page size, carried from the lookup to
+/// the copies; each copy takes its row's page from the lane that holds it (a shuffle).
+template <int NUM_THREADS, int ROWS, typename Layout>
+struct TilePages {
+  using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
+  static constexpr int kWarpRows = 32 / Plan::kChunks;
+  static_assert(Plan::kPasses * kWarpRows <= 32, "a warp's rows of a tile fit its lanes: two warps or more");
+  int entry;  // lane i: the table entry of the warp's i-th row, unclamped
+  /// The warp's i-th row, as the tile's row.
+  FA_HD static int tile_row(int warp, int i) {
+    return warp * kWarpRows + i % kWarpRows + (i / kWarpRows) * Plan::kRowsPerPass;
+  }
+};
+
+/// Reads the table entries of keys [first_key, first_key + ROWS) that the calling warp will copy,
+/// a row per lane (rows >= valid_rows: none). One plain load a lane, and nothing here uses its
+/// value: the kernel looks a tile's pages up one tile ahead of its copies, so the table's round trip
+/// overlaps the tile it computes in between instead of delaying the next copies. (Clamping an
+/// entry as it arrives would make the thread wait for the load here.)
+template <int NUM_THREADS, int ROWS, typename Layout>
+__device__ __forceinline__ TilePages<NUM_THREADS, ROWS, Layout> lookup_tile_pages(const PagedKv& kv, int first_key,
+                                                                                  int valid_rows) {
+  using Pages = TilePages<NUM_THREADS, ROWS, Layout>;
+  using Plan = typename Pages::Plan;
+  const int lane = int(threadIdx.x) % 32;
+  const int row = Pages::tile_row(int(threadIdx.x) / 32, lane);
+  const bool mine = lane < Plan::kPasses * Pages::kWarpRows && row < valid_rows;
+  return Pages{mine ? kv.table_entry(first_key + row) : 0};
+}
+
+/// Keys [first_key, first_key + ROWS) of `kv` into k_tile and v_tile by cp.async, from the pages
+/// lookup_tile_pages read for the same keys (rows >= valid_rows arrive as zeros, unread). K and V
+/// share the pages: key j is in the same page of both pools. Every thread of the warp calls it (the
+/// shuffles). The caller commits the group.
 template <int NUM_THREADS, int ROWS, typename Layout>
 __device__ __forceinline__ void load_paged_kv_async(SmemTile<ROWS, Layout> k_tile, SmemTile<ROWS, Layout> v_tile,
-                                                    const PagedKv& kv, int first_key, int valid_rows) {
-  using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
+                                                    const PagedKv& kv,
+                                                    const TilePages<NUM_THREADS, ROWS, Layout>& pages, int first_key,
+                                                    int valid_rows) {
+  using Pages = TilePages<NUM_THREADS, ROWS, Layout>;
+  using Plan = typename Pages::Plan;
   const int row0 = int(threadIdx.x) / Plan::kChunks, col = (int(threadIdx.x) % Plan::kChunks) * 8;
+  const int lane_row = int(threadIdx.x) % 32 / Plan::kChunks;  // this thread's row among the warp's of a pass
   const uint32_t offset = 2 * Layout::offset(row0, col);
-  int page[Plan::kPasses];
-#pragma unroll
-  for (int pass = 0; pass < Plan::kPasses; ++pass) {
-    const int row = row0 + pass * Plan::kRowsPerPass;
-    page[pass] = row < valid_rows ? kv.page_of(first_key + row) : 0;
-  }
 #pragma unroll
   for (int pass = 0; pass < Plan::kPasses; ++pass) {
     const int row = row0 + pass * Plan::kRowsPerPass;
     const bool valid = row < valid_rows;
     const int r = kv.row_in_page(first_key + row);
+    const int64_t page = kv.clamped_page(__shfl_sync(0xffffffffu, pages.entry, pass * Pages::kWarpRows + lane_row));
     const uint32_t to = offset + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2;
-    ptx::cp_async_16(k_tile.addr() + to, valid ? kv.k + page[pass] * kv.k_page + r * kv.k_row + col : kv.k, valid);
-    ptx::cp_async_16(v_tile.addr() + to, valid ? kv.v + page[pass] * kv.v_page + r * kv.v_row + col : kv.v, valid);
+    ptx::cp_async_16(k_tile.addr() + to, valid ? kv.k + page * kv.k_page + r * kv.k_row + col : kv.k, valid);
+    ptx::cp_async_16(v_tile.addr() + to, valid ? kv.v + page * kv.v_page + r * kv.v_row + col : kv.v, valid);
   }
 }
 #endif

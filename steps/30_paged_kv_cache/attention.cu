@@ -11,8 +11,9 @@
 //  - With a block table (AttentionParams::block_table), K and V are (num_pages, page_size, H_kv, D)
 //    pools, and key j of sequence b is row j % page_size of page block_table[b][j / page_size]:
 //    each row of a K/V tile has its own address (device/paged_kv.h), as step 28's Q rows had.
-//  - The tile loader looks up the pages of all the rows a thread copies before it issues any copy,
-//    and K and V share the lookup. The page size is a power of two: a shift and a mask per row.
+//  - The pages of a tile are read one tile ahead of its copies, a row per lane of the warp that
+//    copies it, so the table's round trip overlaps a tile's math instead of holding up the copies;
+//    K and V share the lookup. The page size is a power of two: a shift and a mask per row.
 //  - Nothing else: the tile in shared memory is the same, so the loop, the mask, the split and the
 //    combine are step 29's. Without a table K and V are read as before.
 #include <cuda_bf16.h>
@@ -119,6 +120,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   // of the K and V pools (device/paged_kv.h); the loads below take it from there.
   const bool paged = params.block_table != nullptr;
   const PagedKv pages = paged_kv(params, b, h_kv);
+  // The pages of the next K/V tile load_kv issues, looked up one tile ahead of its copies.
+  TilePages<NUM_THREADS, BLOCK_N, Layout> next_pages{};
+  if (paged) next_pages = lookup_tile_pages<NUM_THREADS, BLOCK_N, Layout>(pages, key0, n_kv);
   const int row0 = m_start + warp * ROWS_PER_WARP;  // this warp's first packed row
 
   // The K and V tiles of KV tile n_block: ring slot n_block % STAGES, K first.
@@ -130,7 +134,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     const int n_start = n_block * BLOCK_N;
     const int kv_rows = min(BLOCK_N, n_kv - n_start);
     if (paged) {
-      load_paged_kv_async<NUM_THREADS>(k_tile_of(n_block), v_tile_of(n_block), pages, key0 + n_start, kv_rows);
+      load_paged_kv_async<NUM_THREADS>(k_tile_of(n_block), v_tile_of(n_block), pages, next_pages, key0 + n_start,
+                                       kv_rows);
+      // The next tile's pages, read now: they arrive while this tile computes, not on its copies' path.
+      next_pages =
+          lookup_tile_pages<NUM_THREADS, BLOCK_N, Layout>(pages, key0 + n_start + BLOCK_N, n_kv - n_start - BLOCK_N);
       return;
     }
     load_tile_async<NUM_THREADS>(k_tile_of(n_block), k_ptr + n_start * params.k_stride.seq, params.k_stride.seq,

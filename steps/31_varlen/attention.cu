@@ -132,6 +132,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   // of the K and V pools (device/paged_kv.h); the loads below take it from there.
   const bool paged = params.block_table != nullptr;
   const PagedKv pages = paged_kv(params, b, h_kv);
+  // The pages of the next K/V tile load_kv issues, looked up one tile ahead of its copies.
+  TilePages<NUM_THREADS, BLOCK_N, Layout> next_pages{};
+  if (paged) next_pages = lookup_tile_pages<NUM_THREADS, BLOCK_N, Layout>(pages, key0, n_kv);
   const int row0 = m_start + warp * ROWS_PER_WARP;  // this warp's first packed row
 
   // The K and V tiles of KV tile n_block: ring slot n_block % STAGES, K first.
@@ -143,7 +146,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     const int n_start = n_block * BLOCK_N;
     const int kv_rows = min(BLOCK_N, n_kv - n_start);
     if (paged) {
-      load_paged_kv_async<NUM_THREADS>(k_tile_of(n_block), v_tile_of(n_block), pages, key0 + n_start, kv_rows);
+      load_paged_kv_async<NUM_THREADS>(k_tile_of(n_block), v_tile_of(n_block), pages, next_pages, key0 + n_start,
+                                       kv_rows);
+      // The next tile's pages, read now: they arrive while this tile computes, not on its copies' path.
+      next_pages =
+          lookup_tile_pages<NUM_THREADS, BLOCK_N, Layout>(pages, key0 + n_start + BLOCK_N, n_kv - n_start - BLOCK_N);
       return;
     }
     load_tile_async<NUM_THREADS>(k_tile_of(n_block), k_ptr + n_start * params.k_stride.seq, params.k_stride.seq,
