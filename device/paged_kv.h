@@ -28,13 +28,13 @@ FA_HD int log2_of_power_of_two(int64_t x) {
 
 /// One sequence's keys of one KV head in a paged cache.
 struct PagedKv {
-  const bf16* k;          // K at the KV head: page p's row r starts at k + p·k_page + r·k_row
-  const bf16* v;          // V at the KV head
-  const int32_t* table;   // the sequence's row of the block table
-  int64_t k_page, k_row;  // K's strides (elements) between pages, and between a page's rows
-  int64_t v_page, v_row;  // V's
-  int page_shift;         // log2(page_size): the page size is a power of two
-  int last_page;          // num_pages − 1: a page number outside the pool is clamped to it
+  const bf16* k;         // K at the KV head: page p's row r starts at k + p·k_page + r·k_row
+  const bf16* v;         // V at the KV head
+  const int32_t* table;  // the sequence's row of the block table
+  int k_page, k_row;     // K's strides (elements) between pages, and between a page's rows:
+  int v_page, v_row;     // V's. 32-bit (validation keeps them, and a page's rows, below 2^31)
+  int page_shift;        // log2(page_size): the page size is a power of two
+  int last_page;         // num_pages − 1: a page number outside the pool is clamped to it
 
   /// The table's entry for key j: the page that holds it, as the caller wrote it (a load; nothing
   /// waits for it until clamped_page() uses it).
@@ -51,29 +51,25 @@ __device__ __forceinline__ PagedKv paged_kv(const AttentionParams& p, int64_t b,
   return PagedKv{static_cast<const bf16*>(p.k) + h_kv * p.k_stride.head,
                  static_cast<const bf16*>(p.v) + h_kv * p.v_stride.head,
                  p.block_table + b * p.block_table_stride,
-                 p.k_stride.batch,
-                 p.k_stride.seq,
-                 p.v_stride.batch,
-                 p.v_stride.seq,
+                 int(p.k_stride.batch),
+                 int(p.k_stride.seq),
+                 int(p.v_stride.batch),
+                 int(p.v_stride.seq),
                  log2_of_power_of_two(p.page_size),
                  int(p.num_pages) - 1};
 }
 
-/// The pages of one warp's rows of a ROWS-row K/V tile, one per lane. CopyPlan gives a warp
-/// kWarpRows = 32 / kChunks rows per pass, the same rows of every pass shifted by kRowsPerPass:
-/// the warp's i-th row (i < kPasses · kWarpRows) is pass i / kWarpRows's row i % kWarpRows, and
-/// lane i holds its page. One register a thread, whatever the page size, carried from the lookup to
-/// the copies; each copy takes its row's page from the lane that holds it (a shuffle).
+/// The pages of the rows a thread copies of a ROWS-row K/V tile, spread over the lanes that copy the
+/// same row: CopyPlan gives a row kChunks lanes and each lane a row per pass, so lane c of a row's
+/// kChunks holds the page of that lane group's row in pass c (kPasses <= kChunks). One register a
+/// thread, whatever the page size, carried from the lookup to the copies; the copy of pass c takes
+/// its page from lane c of its group, a shuffle with a constant source.
 template <int NUM_THREADS, int ROWS, typename Layout>
 struct TilePages {
   using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
-  static constexpr int kWarpRows = 32 / Plan::kChunks;
-  static_assert(Plan::kPasses * kWarpRows <= 32, "a warp's rows of a tile fit its lanes: two warps or more");
-  int entry;  // lane i: the table entry of the warp's i-th row, unclamped
-  /// The warp's i-th row, as the tile's row.
-  FA_HD static int tile_row(int warp, int i) {
-    return warp * kWarpRows + i % kWarpRows + (i / kWarpRows) * Plan::kRowsPerPass;
-  }
+  static_assert(Plan::kPasses <= Plan::kChunks && 32 % Plan::kChunks == 0,
+                "a row's lanes hold the pages of all its passes");
+  int entry;  // the table entry of this lane's row in pass (lane % kChunks), unclamped
 };
 
 /// Reads the table entries of keys [first_key, first_key + ROWS) that the calling warp will copy,
@@ -84,12 +80,11 @@ struct TilePages {
 template <int NUM_THREADS, int ROWS, typename Layout>
 __device__ __forceinline__ TilePages<NUM_THREADS, ROWS, Layout> lookup_tile_pages(const PagedKv& kv, int first_key,
                                                                                   int valid_rows) {
-  using Pages = TilePages<NUM_THREADS, ROWS, Layout>;
-  using Plan = typename Pages::Plan;
-  const int lane = int(threadIdx.x) % 32;
-  const int row = Pages::tile_row(int(threadIdx.x) / 32, lane);
-  const bool mine = lane < Plan::kPasses * Pages::kWarpRows && row < valid_rows;
-  return Pages{mine ? kv.table_entry(first_key + row) : 0};
+  using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
+  const int pass = int(threadIdx.x) % Plan::kChunks;  // the pass whose row this lane looks up
+  const int row = int(threadIdx.x) / Plan::kChunks + pass * Plan::kRowsPerPass;
+  const bool mine = pass < Plan::kPasses && row < valid_rows;
+  return TilePages<NUM_THREADS, ROWS, Layout>{mine ? kv.table_entry(first_key + row) : 0};
 }
 
 /// Keys [first_key, first_key + ROWS) of `kv` into k_tile and v_tile by cp.async, from the pages
@@ -101,20 +96,23 @@ __device__ __forceinline__ void load_paged_kv_async(SmemTile<ROWS, Layout> k_til
                                                     const PagedKv& kv,
                                                     const TilePages<NUM_THREADS, ROWS, Layout>& pages, int first_key,
                                                     int valid_rows) {
-  using Pages = TilePages<NUM_THREADS, ROWS, Layout>;
-  using Plan = typename Pages::Plan;
+  using Plan = typename TilePages<NUM_THREADS, ROWS, Layout>::Plan;
   const int row0 = int(threadIdx.x) / Plan::kChunks, col = (int(threadIdx.x) % Plan::kChunks) * 8;
-  const int lane_row = int(threadIdx.x) % 32 / Plan::kChunks;  // this thread's row among the warp's of a pass
   const uint32_t offset = 2 * Layout::offset(row0, col);
 #pragma unroll
   for (int pass = 0; pass < Plan::kPasses; ++pass) {
     const int row = row0 + pass * Plan::kRowsPerPass;
     const bool valid = row < valid_rows;
     const int r = kv.row_in_page(first_key + row);
-    const int64_t page = kv.clamped_page(__shfl_sync(0xffffffffu, pages.entry, pass * Pages::kWarpRows + lane_row));
+    const int page = kv.clamped_page(__shfl_sync(0xffffffffu, pages.entry, pass, Plan::kChunks));
     const uint32_t to = offset + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2;
-    ptx::cp_async_16(k_tile.addr() + to, valid ? kv.k + page * kv.k_page + r * kv.k_row + col : kv.k, valid);
-    ptx::cp_async_16(v_tile.addr() + to, valid ? kv.v + page * kv.v_page + r * kv.v_row + col : kv.v, valid);
+    // The address arithmetic is most of what paging adds to a tile's instructions, so: one unsigned
+    // 32×32 → 64-bit product for the page (clamped, so >= 0), 32-bit math inside it, and no choice of
+    // a safe address for rows past valid_rows: their entry is 0, so their address is in page 0.
+    const bf16* k_row = kv.k + uint64_t(uint32_t(page)) * uint32_t(kv.k_page) + (r * kv.k_row + col);
+    const bf16* v_row = kv.v + uint64_t(uint32_t(page)) * uint32_t(kv.v_page) + (r * kv.v_row + col);
+    ptx::cp_async_16(k_tile.addr() + to, k_row, valid);
+    ptx::cp_async_16(v_tile.addr() + to, v_row, valid);
   }
 }
 #endif

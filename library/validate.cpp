@@ -191,6 +191,14 @@ Status check_paged(const AttentionParams& p, const Capabilities& caps) {
     return fail("page_size must be a power of two (got " + std::to_string(p.page_size) + ")");
   if (p.num_pages < 1 || p.num_pages > kInt32Max)
     return fail("num_pages must be in [1, 2^31 - 1] (got " + std::to_string(p.num_pages) + ")");
+  // The kernels address a page's rows in 32 bits (device/paged_kv.h): the strides between pages and
+  // between a page's rows below 2^31 elements, and a page's rows with their D columns too.
+  for (const auto& [name, s] : {std::pair{"k", p.k_stride}, {"v", p.v_stride}})
+    if (s.batch < 0 || s.batch > kInt32Max || s.seq < 0 || (p.page_size - 1) * s.seq + p.head_dim > kInt32Max)
+      return fail(std::string(name) +
+                  "'s pool is too far apart for a page's 32-bit addressing: its stride between pages (" +
+                  std::to_string(s.batch) + ") and a page's rows ((page_size - 1) · " + std::to_string(s.seq) +
+                  " + D) must be in [0, 2^31 - 1] elements");
   const int64_t pages_per_sequence = p.seqlen_kv / p.page_size + (p.seqlen_kv % p.page_size != 0);
   if (p.batch > 1 && p.block_table_stride < pages_per_sequence)  // one sequence: its stride is never stepped
     return fail("block_table_stride (" + std::to_string(p.block_table_stride) +

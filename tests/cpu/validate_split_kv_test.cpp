@@ -197,6 +197,17 @@ TEST(ValidatePagedKv, KAndVAreJudgedAsPoolsOfPages) {
   p = paged();
   p.k_stride.seq = 100;  // rows not 16-byte aligned
   expect_paged_refused(p, "k strides must be multiples of 8 elements");
+  // The kernels address a page in 32 bits: its stride from the pool's start and its rows' span.
+  p = paged();
+  p.v_stride.batch = int64_t(1) << 31;
+  expect_paged_refused(p, "v's pool is too far apart for a page's 32-bit addressing");
+  p = paged();
+  p.k_stride.seq = int64_t(1) << 26;  // 63 rows of 2^26 elements: past 2^31
+  expect_paged_refused(p, "k's pool is too far apart for a page's 32-bit addressing");
+  p = paged();
+  p.k_stride.batch = (int64_t(1) << 31) - 8;  // the farthest page stride that fits, 16-byte aligned
+  p.num_pages = 2;
+  EXPECT_TRUE(validate(p, paged_caps()).ok()) << validate(p, paged_caps()).message();
 }
 
 TEST(ValidatePagedKv, DecodeOnlyWhereTheStepSaysSo) {
