@@ -323,7 +323,7 @@ Status choose_splits(const AttentionParams& p, int* splits) {
   return split_count(p, reinterpret_cast<const void*>(decode_kernel<HEAD_DIM, Cfg, true>), Cfg::NUM_THREADS,
                      Cfg::template smem_bytes<HEAD_DIM>(),
                      cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * p.batch * (p.heads_q / pack),
-                     cdiv(p.seqlen_kv, Cfg::BLOCK_N), splits);
+                     cdiv(p.seqlen_kv, Cfg::BLOCK_N), splits, kDecodeSplitWaveEfficiency);
 }
 
 struct Launcher {
@@ -356,11 +356,14 @@ struct Launcher {
   }
 };
 
-// Step 28's list, in its order of preference: 64-row tiles (one group's rows in every one).
+// Step 28's list, in its order of preference: 64-row tiles (one group's rows in every one); and at
+// D = 128 a 128-row tile of 8 warps, most of its rows empty at decode, whose point is its threads:
+// twice the copy issuers per block, half the passes each.
 const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
-                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},     // 2 warps of 32 rows
-                                            At<64, Config<64, 64, 3, 1>>{},     // 4 warps of 16 rows
-                                            At<128, Config<64, 64, 3, 1>>{}));  // 4 warps of 16 rows
+                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},      // 2 warps of 32 rows
+                                            At<64, Config<64, 64, 3, 1>>{},      // 4 warps of 16 rows
+                                            At<128, Config<64, 64, 3, 1>>{},     // 4 warps of 16 rows
+                                            At<128, Config<128, 64, 2, 1>>{}));  // 8 warps of 16 rows
 
 }  // namespace
 

@@ -147,6 +147,15 @@ TEST(KvSplits, NothingToSplit) {
   EXPECT_EQ(choose_kv_splits(8, 100, 132, /*max_splits=*/1), 1);
 }
 
+TEST(KvSplits, TheProductionDecodeAsksForAFullerWave) {
+  // 4 sequences of 64k keys (32 packed groups, 1024 tiles) and 1 of 128k (8 groups, 2048 tiles),
+  // two blocks per SM: the steps' rule stops at 85 % of a wave, the production decode's at 95 %.
+  EXPECT_EQ(choose_kv_splits(32, 1024, 264), 7);                                            // 224 blocks
+  EXPECT_EQ(choose_kv_splits(32, 1024, 264, kMaxKvSplits, kDecodeSplitWaveEfficiency), 8);  // 256
+  EXPECT_EQ(choose_kv_splits(8, 2048, 264), 29);                                            // 232
+  EXPECT_EQ(choose_kv_splits(8, 2048, 264, kMaxKvSplits, kDecodeSplitWaveEfficiency), 32);  // 256
+}
+
 TEST(KvSplits, DecodeFillsAWaveWithTheFewestSplits) {
   // B = 1, H_q = 32, N_q = 1 (one Q tile per head), N_kv = 8k in tiles of 64, two blocks per SM.
   const int s = choose_kv_splits(32, 128, 264);
