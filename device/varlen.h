@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "device/mask.h"  // FA_HD
+#include "fa/params.h"
 
 namespace fa {
 
@@ -24,6 +25,19 @@ FA_HD SequenceRows sequence_rows(const int32_t* cu, int64_t b, int64_t total, in
   length = length > longest ? longest : length;
   length = length > total - first ? total - first : length;
   return {first, int(length)};
+}
+
+/// Where sequence b starts in a tensor of strides `s`: at its first packed row with varlen, else at
+/// batch entry b.
+FA_HD int64_t sequence_offset(const Strides& s, int64_t b, const SequenceRows& seq, bool varlen) {
+  return varlen ? seq.first * s.seq : b * s.batch;
+}
+
+/// The LSE of query i of sequence b and query head h in call p's LSE: (H_q, total_q) with varlen,
+/// rows packed like Q's; else (B, H_q, N_q).
+FA_HD int64_t lse_offset(const AttentionParams& p, int64_t b, int64_t h, const SequenceRows& seq, int64_t i,
+                         bool varlen) {
+  return varlen ? h * p.total_q + seq.first + i : (b * p.heads_q + h) * p.seqlen_q + i;
 }
 
 }  // namespace fa

@@ -123,10 +123,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const int n_blocks = SPLIT ? max(0, min(n_blocks_all, n_begin + per_split) - n_begin) : n_blocks_all;
   const int first_masked =
       max(0, kv_tile_first_masked(queries.first, queries.count, BLOCK_N, n_kv_all, causal, offset_all) - n_begin);
-  const int64_t q_at = varlen ? q_seq.first * params.q_stride.seq : b * params.q_stride.batch;
-  const int64_t o_at = varlen ? q_seq.first * params.o_stride.seq : b * params.o_stride.batch;
-  const int64_t k_at = varlen ? kv_seq.first * params.k_stride.seq : b * params.k_stride.batch;
-  const int64_t v_at = varlen ? kv_seq.first * params.v_stride.seq : b * params.v_stride.batch;
+  const int64_t q_at = sequence_offset(params.q_stride, b, q_seq, varlen);
+  const int64_t o_at = sequence_offset(params.o_stride, b, q_seq, varlen);
+  const int64_t k_at = sequence_offset(params.k_stride, b, kv_seq, varlen);
+  const int64_t v_at = sequence_offset(params.v_stride, b, kv_seq, varlen);
   const bf16* k_ptr =
       static_cast<const bf16*>(params.k) + k_at + h_kv * params.k_stride.head + int64_t(key0) * params.k_stride.seq;
   const bf16* v_ptr =
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const int64_t n_q_max = params.seqlen_q;
   const int64_t lse_row0 = (b * params.heads_q + h0) * n_q_max;
   const int64_t lse_head = varlen ? params.total_q : n_q_max;
-  const int64_t lse_at = varlen ? h0 * params.total_q + q_seq.first : lse_row0;
+  const int64_t lse_at = lse_offset(params, b, h0, q_seq, 0, varlen);
 #pragma unroll
   for (int t = 0; t < M_TILES; ++t) {
     const int tile_row0 = warp * ROWS_PER_WARP + kMmaRows * t;
@@ -297,12 +297,11 @@ __global__ void __launch_bounds__(kCombineThreads)
 #pragma unroll
     for (int k = 0; k < 8; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], x);
   if (group != 0) return;
-  bf16* const o_row = static_cast<bf16*>(params.o) +
-                      (varlen ? q_seq.first * params.o_stride.seq : b * params.o_stride.batch) +
+  bf16* const o_row = static_cast<bf16*>(params.o) + sequence_offset(params.o_stride, b, q_seq, varlen) +
                       h * params.o_stride.head + i * params.o_stride.seq;
   *reinterpret_cast<uint4*>(o_row + col) = uint4{ptx::pack_bf16x2(acc[0], acc[1]), ptx::pack_bf16x2(acc[2], acc[3]),
                                                  ptx::pack_bf16x2(acc[4], acc[5]), ptx::pack_bf16x2(acc[6], acc[7])};
-  if (params.lse != nullptr && lane == 0) params.lse[varlen ? h * params.total_q + q_seq.first + i : row] = lse;
+  if (params.lse != nullptr && lane == 0) params.lse[lse_offset(params, b, h, q_seq, i, varlen)] = lse;
 }
 
 // ---- the host side -----------------------------------------------------------------------------

@@ -25,6 +25,19 @@ TEST(VarlenRows, WellFormedOffsetsGiveEachSequenceItsRows) {
   EXPECT_EQ(c.length, 7);
 }
 
+// Where a sequence's rows and LSEs are: packed with varlen, batch entries without.
+TEST(VarlenRows, SequenceAndLseOffsets) {
+  const std::vector<int32_t> cu = {0, 5, 5, 12};
+  AttentionParams p;
+  p.batch = 3, p.heads_q = 4, p.seqlen_q = 7, p.total_q = 12;
+  const Strides s{/*batch=*/7 * 4 * 64, /*head=*/64, /*seq=*/4 * 64, /*dim=*/1};
+  const SequenceRows c = sequence_rows(cu.data(), 2, 12, 7);
+  EXPECT_EQ(sequence_offset(s, 2, c, true), 5 * 4 * 64);  // its first packed row
+  EXPECT_EQ(sequence_offset(s, 2, c, false), 2 * 7 * 4 * 64);
+  EXPECT_EQ(lse_offset(p, 2, 3, c, 6, true), 3 * 12 + 5 + 6);        // (H_q, total_q)
+  EXPECT_EQ(lse_offset(p, 2, 3, c, 6, false), (2 * 4 + 3) * 7 + 6);  // (B, H_q, N_q)
+}
+
 // Offsets the host never sees can be anything: every sequence stays inside the tensor and within the
 // longest length the grid was sized for.
 TEST(VarlenRows, BadOffsetsAreClampedIntoTheTensor) {
