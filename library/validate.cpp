@@ -194,7 +194,8 @@ Status check_paged(const AttentionParams& p, const Capabilities& caps) {
   // The kernels address a page's rows in 32 bits (device/paged_kv.h): the strides between pages and
   // between a page's rows below 2^31 elements, and a page's rows with their D columns too.
   for (const auto& [name, s] : {std::pair{"k", p.k_stride}, {"v", p.v_stride}})
-    if (s.batch < 0 || s.batch > kInt32Max || s.seq < 0 || (p.page_size - 1) * s.seq + p.head_dim > kInt32Max)
+    if (s.batch < 0 || s.batch > kInt32Max || s.seq < 0 || s.seq > kInt32Max ||
+        (p.page_size - 1) * s.seq + p.head_dim > kInt32Max)  // each factor below 2^31: no overflow
       return fail(std::string(name) +
                   "'s pool is too far apart for a page's 32-bit addressing: its stride between pages (" +
                   std::to_string(s.batch) + ") and a page's rows ((page_size - 1) · " + std::to_string(s.seq) +

@@ -205,6 +205,9 @@ TEST(ValidatePagedKv, KAndVAreJudgedAsPoolsOfPages) {
   p.k_stride.seq = int64_t(1) << 26;  // 63 rows of 2^26 elements: past 2^31
   expect_paged_refused(p, "k's pool is too far apart for a page's 32-bit addressing");
   p = paged();
+  p.k_stride.seq = int64_t(1) << 60;  // far past: refused, not overflowed into a small product
+  expect_paged_refused(p, "k's pool is too far apart for a page's 32-bit addressing");
+  p = paged();
   p.k_stride.batch = (int64_t(1) << 31) - 8;  // the farthest page stride that fits, 16-byte aligned
   p.num_pages = 2;
   EXPECT_TRUE(validate(p, paged_caps()).ok()) << validate(p, paged_caps()).message();
