@@ -322,7 +322,7 @@ Status choose_splits(const AttentionParams& p, int* splits) {
   return split_count(p, reinterpret_cast<const void*>(decode_kernel<HEAD_DIM, Cfg, true>), Cfg::NUM_THREADS,
                      Cfg::template smem_bytes<HEAD_DIM>(),
                      cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * p.batch * (p.heads_q / pack),
-                     cdiv(p.seqlen_kv, Cfg::BLOCK_N), splits, kDecodeSplitWaveEfficiency);
+                     cdiv(p.seqlen_kv, Cfg::BLOCK_N), splits, kDecodeSplitRule);
 }
 
 struct Launcher {

@@ -20,28 +20,35 @@
 
 namespace fa {
 
-/// Fraction of a full wave's efficiency the fewest-splits choice must reach (the steps' rule).
-constexpr double kSplitWaveEfficiency = 0.85;
+/// When to split, and how far: a grid whose blocks fill at least `no_split_fill` of a wave is not
+/// split (splitting only adds the combine); otherwise the fewest splits whose last wave is at least
+/// `min_efficiency` as full as the best choice's.
+struct SplitRule {
+  double no_split_fill;
+  double min_efficiency;
+};
+/// The steps' rule.
+constexpr SplitRule kSplitRule{0.8, 0.85};
 /// The production decode kernel's: a memory-bound decode reads at the rate of the blocks resident,
 /// so a wave 85 % full reads at about 85 % of the rate, while the extra splits' combine costs
 /// microseconds. On the H200, 1 × 128k keys (8 KV heads) read 3.35 TB/s at 29 splits (232 blocks of
 /// 264 slots) and 3.59 at 33 (264); 4 × 64k read 3.62 at 7 splits (224) and 4.05 at 8 (256).
-constexpr double kDecodeSplitWaveEfficiency = 0.95;
+constexpr SplitRule kDecodeSplitRule{0.95, 0.95};
 
 /// The number of KV ranges (1 = no split) for a grid of `blocks` blocks (Q tiles × B × H_q), each
 /// walking `kv_tiles` KV tiles, on `slots` resident-block slots (SMs × blocks per SM), at most
-/// `max_splits`. Always between 1 and max(1, min(max_splits, kv_tiles)).
+/// `max_splits`, by `rule`. Always between 1 and max(1, min(max_splits, kv_tiles)).
 int choose_kv_splits(int64_t blocks, int64_t kv_tiles, int64_t slots, int max_splits = kMaxKvSplits,
-                     double min_efficiency = kSplitWaveEfficiency);
+                     SplitRule rule = kSplitRule);
 
 /// The split count a split-KV forward uses on call `p`: the call's (num_splits >= 1); else, with a
 /// workspace, choose_kv_splits for an unsplit grid of `blocks` blocks over `kv_tiles` KV tiles,
 /// on the slots the GPU holds of `split_kernel` (resident blocks × SMs), cut to what the workspace
 /// holds; 1 without a workspace. The slots are asked after the kernel has opted in to `smem_bytes`
 /// of shared memory: before, CUDA's occupancy query answers 0 blocks for a kernel above 48 KB, and
-/// nothing would ever split. `min_efficiency`: choose_kv_splits's.
+/// nothing would ever split. `rule`: choose_kv_splits's.
 Status split_count(const AttentionParams& p, const void* split_kernel, int threads, int smem_bytes, int64_t blocks,
-                   int64_t kv_tiles, int* splits, double min_efficiency = kSplitWaveEfficiency);
+                   int64_t kv_tiles, int* splits, SplitRule rule = kSplitRule);
 
 /// KV tiles per range when `kv_tiles` are split `splits` ways (the last range may be shorter, or
 /// empty when splits > kv_tiles: its block writes lse = −inf).

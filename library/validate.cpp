@@ -192,14 +192,18 @@ Status check_paged(const AttentionParams& p, const Capabilities& caps) {
   if (p.num_pages < 1 || p.num_pages > kInt32Max)
     return fail("num_pages must be in [1, 2^31 - 1] (got " + std::to_string(p.num_pages) + ")");
   // The kernels address a page's rows in 32 bits (device/paged_kv.h): the strides between pages and
-  // between a page's rows below 2^31 elements, and a page's rows with their D columns too.
-  for (const auto& [name, s] : {std::pair{"k", p.k_stride}, {"v", p.v_stride}})
+  // between a page's rows below 2^31 elements, and a page's rows with their D columns too. An axis
+  // of one (one page, one key per page) is never stepped: its stride is anything, as PyTorch makes it.
+  for (auto [name, s] : {std::pair{"k", p.k_stride}, {"v", p.v_stride}}) {
+    if (p.num_pages == 1) s.batch = 0;
+    if (p.page_size == 1) s.seq = 0;
     if (s.batch < 0 || s.batch > kInt32Max || s.seq < 0 || s.seq > kInt32Max ||
         (p.page_size - 1) * s.seq + p.head_dim > kInt32Max)  // each factor below 2^31: no overflow
       return fail(std::string(name) +
                   "'s pool is too far apart for a page's 32-bit addressing: its stride between pages (" +
                   std::to_string(s.batch) + ") and a page's rows ((page_size - 1) · " + std::to_string(s.seq) +
                   " + D) must be in [0, 2^31 - 1] elements");
+  }
   const int64_t pages_per_sequence = p.seqlen_kv / p.page_size + (p.seqlen_kv % p.page_size != 0);
   if (p.batch > 1 && p.block_table_stride < pages_per_sequence)  // one sequence: its stride is never stepped
     return fail("block_table_stride (" + std::to_string(p.block_table_stride) +

@@ -150,10 +150,14 @@ TEST(KvSplits, NothingToSplit) {
 TEST(KvSplits, TheProductionDecodeAsksForAFullerWave) {
   // 4 sequences of 64k keys (32 packed groups, 1024 tiles) and 1 of 128k (8 groups, 2048 tiles),
   // two blocks per SM: the steps' rule stops at 85 % of a wave, the production decode's at 95 %.
-  EXPECT_EQ(choose_kv_splits(32, 1024, 264), 7);                                            // 224 blocks
-  EXPECT_EQ(choose_kv_splits(32, 1024, 264, kMaxKvSplits, kDecodeSplitWaveEfficiency), 8);  // 256
-  EXPECT_EQ(choose_kv_splits(8, 2048, 264), 29);                                            // 232
-  EXPECT_EQ(choose_kv_splits(8, 2048, 264, kMaxKvSplits, kDecodeSplitWaveEfficiency), 32);  // 256
+  EXPECT_EQ(choose_kv_splits(32, 1024, 264), 7);                                  // 224 blocks
+  EXPECT_EQ(choose_kv_splits(32, 1024, 264, kMaxKvSplits, kDecodeSplitRule), 8);  // 256
+  EXPECT_EQ(choose_kv_splits(8, 2048, 264), 29);                                  // 232
+  EXPECT_EQ(choose_kv_splits(8, 2048, 264, kMaxKvSplits, kDecodeSplitRule), 32);  // 256
+  // A grid 85 % full: the steps leave it, the production decode splits it (7 ways: 1575 blocks,
+  // 5.97 waves).
+  EXPECT_EQ(choose_kv_splits(225, 128, 264), 1);
+  EXPECT_EQ(choose_kv_splits(225, 128, 264, kMaxKvSplits, kDecodeSplitRule), 7);
 }
 
 TEST(KvSplits, DecodeFillsAWaveWithTheFewestSplits) {
@@ -190,10 +194,10 @@ TEST(KvSplits, DecodeFillsAWaveWithTheFewestSplits) {
         for (int sp = 1; sp <= most; ++sp)
           if (shortens(sp)) best = std::max(best, eff(sp));
         EXPECT_TRUE(shortens(got));
-        EXPECT_GE(eff(got), kSplitWaveEfficiency * best - 1e-12);
+        EXPECT_GE(eff(got), kSplitRule.min_efficiency * best - 1e-12);
         for (int sp = 1; sp < got; ++sp) {
           if (!shortens(sp)) continue;
-          EXPECT_LT(eff(sp), kSplitWaveEfficiency * best) << "fewer splits, " << sp << ", would do";
+          EXPECT_LT(eff(sp), kSplitRule.min_efficiency * best) << "fewer splits, " << sp << ", would do";
         }
       }
 }

@@ -207,6 +207,9 @@ TEST(ValidatePagedKv, KAndVAreJudgedAsPoolsOfPages) {
   p = paged();
   p.k_stride.seq = int64_t(1) << 60;  // far past: refused, not overflowed into a small product
   expect_paged_refused(p, "k's pool is too far apart for a page's 32-bit addressing");
+  p = paged(1);  // one key per page: the row stride is never stepped, whatever it is
+  p.k_stride.seq = int64_t(1) << 40;
+  EXPECT_TRUE(validate(p, paged_caps()).ok()) << validate(p, paged_caps()).message();
   p = paged();
   p.k_stride.batch = (int64_t(1) << 31) - 8;  // the farthest page stride that fits, 16-byte aligned
   p.num_pages = 2;
