@@ -358,9 +358,10 @@ struct Launcher {
 // Step 28's list, in its order of preference: 64-row tiles (one group's rows in every one). (Step
 // 30's 8-warp, 128-row tile was tried at D = 128: 0.51 ms against 0.28 at B = 32, N_kv = 8k, paged.)
 const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
-                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},     // 2 warps of 32 rows
-                                            At<64, Config<64, 64, 3, 1>>{},     // 4 warps of 16 rows
-                                            At<128, Config<64, 64, 3, 1>>{}));  // 4 warps of 16 rows
+                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},    // 2 warps of 32 rows
+                                            At<64, Config<64, 64, 3, 1>>{},    // 4 warps of 16 rows
+                                            At<128, Config<64, 64, 3, 1>>{}),  // 4 warps of 16 rows
+                          /*kv_buckets=*/true);  // a decode's cache grows a key a call: key by N_kv's bucket
 
 }  // namespace
 

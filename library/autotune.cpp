@@ -53,7 +53,7 @@ std::string Key::str() const {
   std::string s;
   s.reserve(160 + gpu.size() + build_id.size());
   append_field(s, "nq=", seqlen_q);
-  append_field(s, " nkv=", seqlen_kv);
+  append_field(s, kv_bucket ? " nkv<=" : " nkv=", seqlen_kv);
   append_field(s, " d=", head_dim);
   append_field(s, " b=", batch);
   append_field(s, " hq=", heads_q);
@@ -89,6 +89,14 @@ Key shape_key(const AttentionParams& p) {
   k.layout = layout_class(p);
   k.lse = p.lse != nullptr;
   k.split = p.num_splits > 1 ? std::to_string(p.num_splits) : (p.num_splits == 0 && p.workspace ? "auto" : "none");
+  return k;
+}
+
+Key kv_bucketed(Key k) {
+  int64_t bucket = 1;
+  while (bucket < k.seqlen_kv) bucket *= 2;
+  k.seqlen_kv = bucket;
+  k.kv_bucket = true;
   return k;
 }
 

@@ -41,8 +41,11 @@ namespace fa::autotune {
 
 /// What a tuning result depends on (see the header comment).
 struct Key {
-  int64_t seqlen_q = 0;         ///< N_q
-  int64_t seqlen_kv = 0;        ///< N_kv
+  int64_t seqlen_q = 0;   ///< N_q
+  int64_t seqlen_kv = 0;  ///< N_kv, or with kv_bucket its bucket: the power of two at or above it
+  /// seqlen_kv is a bucket (kv_bucketed()): a tuner whose calls' caches grow by one key per call
+  /// (decode) would otherwise tune again on every call. Printed as "nkv<=".
+  bool kv_bucket = false;
   int64_t head_dim = 0;         ///< D
   int64_t batch = 0;            ///< B
   int64_t heads_q = 0;          ///< H_q
@@ -68,6 +71,9 @@ const char* layout_class(const AttentionParams& p);
 
 /// The problem part of the key of `p` (gpu and build_id left empty for the caller to fill).
 Key shape_key(const AttentionParams& p);
+
+/// `k` with its N_kv replaced by its bucket, the power of two at or above it (kv_bucket set).
+Key kv_bucketed(Key k);
 
 /// A short stable id of `text` (64-bit FNV-1a as 16 hex digits).
 std::string hash_hex(std::string_view text);

@@ -136,8 +136,8 @@ const KernelConfig* pick_heuristic(const std::vector<KernelConfig>& configs, con
   return most;
 }
 
-Tuner::Tuner(int step, std::string build_id, std::vector<KernelConfig> configs)
-    : step_(step), build_id_(std::move(build_id)), configs_(std::move(configs)) {
+Tuner::Tuner(int step, std::string build_id, std::vector<KernelConfig> configs, bool kv_buckets)
+    : step_(step), build_id_(std::move(build_id)), configs_(std::move(configs)), kv_buckets_(kv_buckets) {
   // The cache and run_config know a configuration by its name: two with one name would be one.
   for (size_t i = 0; i < configs_.size() && duplicate_.empty(); ++i)
     for (size_t j = i + 1; j < configs_.size(); ++j)
@@ -172,7 +172,7 @@ std::string Tuner::step_label() const {
 }
 
 autotune::Key Tuner::make_key(const AttentionParams& p) const {
-  autotune::Key key = autotune::shape_key(p);
+  autotune::Key key = kv_buckets_ ? autotune::kv_bucketed(autotune::shape_key(p)) : autotune::shape_key(p);
   key.gpu = autotune::current_device().name;
   key.build_id = build_id_;  // seed bug #10: without it, timings of an old build are reused
   return key;
@@ -224,6 +224,10 @@ const KernelConfig* Tuner::remembered(const autotune::Key& key, const std::strin
 const KernelConfig* Tuner::tune(const AttentionParams& p, const autotune::Key& key, cudaStream_t stream) const {
   const std::vector<const KernelConfig*> configs = fitting(p.head_dim);
   if (configs.empty()) return nullptr;
+  if (configs.size() == 1) {  // nothing to choose: no scratch, no timing; the cache line says so (0 ms)
+    file_cache().put(key, configs[0]->name(), 0.0);
+    return configs[0];
+  }
   AttentionParams timed = tuning_slice(p);
   const std::string label = key.str() + slice_note(p, timed);
   ScratchOutputs scratch(stream);

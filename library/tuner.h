@@ -19,7 +19,10 @@
 //      `stream` (O contiguous (B, H, N, D), LSE when the call writes it), never the caller's O or
 //      LSE, and the first call synchronises `stream`. A problem past kTuneBudgetFlops is timed on
 //      a slice of its (batch, head) pairs (tuning_slice), so the first call's time stays bounded;
-//      the result is stored under the full problem's key.
+//      the result is stored under the full problem's key. A single fitting config is taken
+//      without timing (and written with 0 ms). A tuner made with kv_buckets keys N_kv by its
+//      power-of-two bucket: a decode's cache grows a key per call, and an exact key would tune on
+//      every one (on the H200 that made a transformers model generate 34 % slower at batch 32).
 //   4. With FA_AUTOTUNE=0, while the stream is being captured, or when tuning is impossible (the
 //      scratch allocation fails, no candidate launches), the heuristic (pick_heuristic) chooses
 //      without timing anything; that choice is not remembered, so a later call may still tune.
@@ -106,7 +109,9 @@ class Tuner {
   /// what was compiled (the build system passes a hash of the step's sources and flags as
   /// FA_BUILD_ID); it is part of every key, so a rebuilt kernel never reuses old timings.
   /// Registers the tuner under `step` for find_tuner, until it is destroyed.
-  Tuner(int step, std::string build_id, std::vector<KernelConfig> configs);
+  /// `kv_buckets`: key calls by the power of two at or above their N_kv (autotune::kv_bucketed),
+  /// for a kernel whose calls' caches grow by a key at a time (the production decode kernel).
+  Tuner(int step, std::string build_id, std::vector<KernelConfig> configs, bool kv_buckets = false);
   ~Tuner();
   Tuner(const Tuner&) = delete;  // find_tuner holds its address
   Tuner& operator=(const Tuner&) = delete;
@@ -151,6 +156,7 @@ class Tuner {
   int step_;
   std::string build_id_;
   std::vector<KernelConfig> configs_;
+  bool kv_buckets_ = false;
   std::string duplicate_;  // "…" when two configs of one head dim share a name: every run refuses
   mutable std::mutex mu_;
   mutable std::unordered_map<std::string, const KernelConfig*> chosen_;  // key → config, this process

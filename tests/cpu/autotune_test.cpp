@@ -95,6 +95,24 @@ TEST(AutotuneKey, EveryFieldChangesTheKey) {
   EXPECT_EQ(base.find('\t'), std::string::npos);
 }
 
+// A growing KV cache (decode) keys by N_kv's bucket: one tuning per power of two, not per call.
+TEST(AutotuneKey, KvBucketsKeyGrowingCachesByPowersOfTwo) {
+  autotune::Key k = sample_key();
+  k.seqlen_kv = 2049;
+  const autotune::Key a = autotune::kv_bucketed(k);
+  k.seqlen_kv = 4096;
+  const autotune::Key b = autotune::kv_bucketed(k);
+  EXPECT_EQ(a.seqlen_kv, 4096);
+  EXPECT_EQ(a.str(), b.str());
+  EXPECT_NE(a.str().find(" nkv<=4096 "), std::string::npos) << a.str();
+  k.seqlen_kv = 4097;
+  EXPECT_NE(autotune::kv_bucketed(k).str(), b.str());
+  k.seqlen_kv = 4096;
+  EXPECT_NE(k.str(), b.str());  // an exact key is never a bucket's
+  k.seqlen_kv = 1;
+  EXPECT_EQ(autotune::kv_bucketed(k).seqlen_kv, 1);
+}
+
 TEST(AutotuneKey, ReadsAsOneLine) {
   EXPECT_EQ(sample_key().str(),
             "nq=4096 nkv=4096 d=64 b=2 hq=16 hkv=4 causal=top_left dtype=bf16 layout=bhnd lse=0 gpu=NVIDIA H200 "
