@@ -4,9 +4,9 @@
 // back when they end, so no sequence reserves its capacity up front.
 //
 // The kernel needs one thing it did not: the address of a key's row. PagedKv computes it;
-// lookup_tile_pages reads the pages of every row a thread copies of a tile, all at once, and the
-// kernel does it a tile ahead of load_paged_kv_async, which issues the copies, K and V from the same
-// pages (one lookup for both).
+// lookup_tile_pages reads a tile's pages, each lane one of the rows its lane group copies, a tile
+// ahead of load_paged_kv_async, which takes each row's page from the lane that read it and issues
+// the copies, K and V from the same pages (one lookup for both).
 #pragma once
 
 #include <cstdint>
