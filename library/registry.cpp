@@ -70,38 +70,52 @@ bool takes_options_of(const AttentionParams& p, const Capabilities& c) {
          (!p.cu_seqlens_q || c.varlen);
 }
 
+// The refusal a choice among the candidates reports when none takes the call: the last (most
+// general) step's among those with the call's options, else the last step's.
+class Refusal {
+ public:
+  explicit Refusal(const AttentionParams& p) : p_(p) {}
+  void saw(const Status& st, const Capabilities& c) {
+    last_ = st;
+    if (takes_options_of(p_, c)) telling_ = st, told_ = true;
+  }
+  Status status() const { return told_ ? telling_ : last_; }
+
+ private:
+  const AttentionParams& p_;
+  Status last_ = Status::Unsupported("no step is registered"), telling_ = last_;
+  bool told_ = false;
+};
+
 }  // namespace
 
 Status choose_step(const AttentionParams& params, int* number) {
-  Status last = Status::Unsupported("no step is registered"), telling = last;
-  bool told = false;
+  Refusal refusal(params);
   for (const StepInfo* s : candidates()) {
-    last = validate(params, s->caps);
-    if (last.ok()) {
+    const Status st = validate(params, s->caps);
+    if (st.ok()) {
       *number = s->number;
-      return last;
+      return st;
     }
-    if (takes_options_of(params, s->caps)) telling = last, told = true;
+    refusal.saw(st, s->caps);
   }
-  // The most general step's refusal among those with the call's options: its reason is the input's.
-  return told ? telling : last;
+  return refusal.status();  // the most general refusal with the call's options: its reason is the input's
 }
 
 Status forward_auto(const AttentionParams& params, cudaStream_t stream, int* number) {
-  Status last = Status::Unsupported("no step is registered"), telling = last;
-  bool told = false;
+  Refusal refusal(params);
   for (const StepInfo* s : candidates()) {
     // Every forward validates first, and a refusal (by validation, or at launch when no
     // configuration fits this GPU's shared memory) writes nothing: the next candidate may run it.
     // Ok, or a runtime error: done.
-    last = s->forward(params, stream);
-    if (last.ok() || !last.unsupported()) {
+    const Status st = s->forward(params, stream);
+    if (st.ok() || !st.unsupported()) {
       *number = s->number;
-      return last;
+      return st;
     }
-    if (takes_options_of(params, s->caps)) telling = last, told = true;
+    refusal.saw(st, s->caps);
   }
-  return told ? telling : last;  // as choose_step: the most general refusal with the call's options
+  return refusal.status();
 }
 
 Status backward_auto(const BackwardParams& params, cudaStream_t stream, int* number) {

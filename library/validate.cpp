@@ -171,6 +171,13 @@ Status check_no_self_overlap(const Tensor& t) {
   return Status::Ok();
 }
 
+// The block-table entries a sequence needs: ⌈N_kv / page_size⌉ (a page size not yet judged counts
+// as 1: the table's extent is asked before or without check_paged's verdict, never a division by 0).
+int64_t pages_per_sequence(const AttentionParams& p) {
+  const int64_t page = std::max<int64_t>(p.page_size, 1);
+  return (p.seqlen_kv + page - 1) / page;
+}
+
 // A paged KV cache (Part V): the step reads one, the page size is a power of two (the kernel
 // shifts and masks a key's index into page and row), there are pages, and the table has a row of
 // at least ⌈N_kv / page_size⌉ entries per sequence, 4-byte aligned. The page numbers themselves are
@@ -204,10 +211,10 @@ Status check_paged(const AttentionParams& p, const Capabilities& caps) {
                   std::to_string(s.batch) + ") and a page's rows ((page_size - 1) · " + std::to_string(s.seq) +
                   " + D) must be in [0, 2^31 - 1] elements");
   }
-  const int64_t pages_per_sequence = p.seqlen_kv / p.page_size + (p.seqlen_kv % p.page_size != 0);
-  if (p.batch > 1 && p.block_table_stride < pages_per_sequence)  // one sequence: its stride is never stepped
+  const int64_t pages = pages_per_sequence(p);
+  if (p.batch > 1 && p.block_table_stride < pages)  // one sequence: its stride is never stepped
     return fail("block_table_stride (" + std::to_string(p.block_table_stride) +
-                ") must hold a sequence's pages: N_kv / page_size rounded up = " + std::to_string(pages_per_sequence));
+                ") must hold a sequence's pages: N_kv / page_size rounded up = " + std::to_string(pages));
   if (p.batch > 1 && p.block_table_stride > (int64_t(1) << 40))
     return fail("block_table_stride " + std::to_string(p.block_table_stride) + " is not a table's");
   return Status::Ok();
@@ -407,9 +414,9 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
   }
   // The block table is read while O, the LSE and the workspace are written: no byte in common.
   if (p.block_table) {
-    const u128 table_bytes = (u128(uint64_t(p.batch - 1)) * u128(uint64_t(p.block_table_stride)) +
-                              u128(uint64_t((p.seqlen_kv + p.page_size - 1) / std::max<int64_t>(p.page_size, 1)))) *
-                             4;
+    const u128 table_bytes =
+        (u128(uint64_t(p.batch - 1)) * u128(uint64_t(p.block_table_stride)) + u128(uint64_t(pages_per_sequence(p)))) *
+        4;
     if (Status st = check_address_range("block_table", p.block_table, table_bytes); !st.ok()) return st;
     if (overlaps(p.block_table, table_bytes, p.o, o_bytes) ||
         (p.lse && overlaps(p.block_table, table_bytes, p.lse, lse_bytes)) ||
