@@ -175,6 +175,10 @@ TEST(ValidatePagedKv, PageSizeTableAndPool) {
   p.block_table_stride = 127;  // 8192 keys in pages of 64: 128 entries
   expect_paged_refused(p, "block_table_stride (127) must hold a sequence's pages: N_kv / page_size rounded up = 128");
   p = paged();
+  p.seqlen_kv = 8193;  // one key into a 129th page: the row needs ⌈8193 / 64⌉ = 129 entries
+  p.block_table_stride = 128;
+  expect_paged_refused(p, "block_table_stride (128) must hold a sequence's pages: N_kv / page_size rounded up = 129");
+  p = paged();
   p.num_pages = 0;
   expect_paged_refused(p, "num_pages must be in [1, 2^31 - 1]");
   p = paged();
@@ -207,6 +211,10 @@ TEST(ValidatePagedKv, KAndVAreJudgedAsPoolsOfPages) {
   p = paged();
   p.k_stride.seq = int64_t(1) << 60;  // far past: refused, not overflowed into a small product
   expect_paged_refused(p, "k's pool is too far apart for a page's 32-bit addressing");
+  p = paged();  // one page: the page stride is never stepped, whatever it is
+  p.num_pages = 1;
+  p.k_stride.batch = int64_t(1) << 40;
+  EXPECT_TRUE(validate(p, paged_caps()).ok()) << validate(p, paged_caps()).message();
   p = paged(1);  // one key per page: the row stride is never stepped, whatever it is
   p.k_stride.seq = int64_t(1) << 40;
   EXPECT_TRUE(validate(p, paged_caps()).ok()) << validate(p, paged_caps()).message();
