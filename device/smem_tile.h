@@ -226,6 +226,40 @@ __device__ __forceinline__ void load_tile_tma(SmemTile<ROWS, WgmmaLayout<ROWS, C
     ptx::tma_load_4d(tile.addr() + panel * ROWS * 128, map, panel * 64, row, head, batch, bar);
 }
 
+/// Rows [first_row, ROWS) of a WgmmaLayout tile set to zero by `threads` threads (this one is
+/// `thread` of them), 16 bytes at a time. The swizzle permutes 16-byte chunks inside a row's 128
+/// bytes of a panel, so a row's bytes are the same 128 whatever the swizzle: no offsets to undo.
+/// A TMA tile's rows that its tensor map did not clip (a packed sequence's neighbour) are cleared
+/// this way; the caller fences for the async proxy and meets the other writers before wgmma reads.
+template <int ROWS, int COLS>
+__device__ __forceinline__ void zero_rows(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>> tile, int first_row, int thread,
+                                          int threads) {
+  constexpr unsigned kChunks = ROWS * (COLS / 64) * 8;  // 16-byte chunks: 8 per row of each panel
+  // Opaque from here: the index arithmetic stays inside the caller's rare branch instead of being
+  // hoisted out of its loops into registers that it would have to spill.
+  unsigned c = unsigned(thread);
+  asm volatile("" : "+r"(c));
+  for (; c < kChunks; c += unsigned(threads)) {
+    const unsigned row = c / 8 % ROWS;
+    if (int(row) >= first_row) reinterpret_cast<uint4*>(tile.ptr + c / 8 * 64)[c % 8] = uint4{0, 0, 0, 0};
+  }
+}
+
+/// Rows [0, rows) of a WgmmaLayout tile copied to global memory (row r to dst + r·row_stride), 16
+/// bytes at a time by `threads` threads (this one is `thread` of them): what a TMA store of the
+/// tile would write, had its tensor map ended after `rows` rows. The caller has met the tile's
+/// writers at a barrier; the tile may be written again once every copier has met the next one.
+template <int ROWS, int COLS>
+__device__ __forceinline__ void store_tile_rows(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>> tile, bf16* dst,
+                                                int64_t row_stride, int rows, int thread, int threads) {
+  constexpr int kRowChunks = COLS / 8;  // 16-byte chunks per row
+  for (int c = thread; c < rows * kRowChunks; c += threads) {
+    const int row = c / kRowChunks, col = c % kRowChunks * 8;
+    *reinterpret_cast<uint4*>(dst + row * row_stride + col) =
+        *reinterpret_cast<const uint4*>(tile.ptr + WgmmaLayout<ROWS, COLS>::offset(row, col));
+  }
+}
+
 /// The other direction (step 16): the copy engine writes a WgmmaLayout tile to the box of
 /// ROWS rows at (row, head, batch) of the tensor map `map`, one box per 64-column panel; rows
 /// past the tensor's N are not written. Called by one thread, after every thread that wrote

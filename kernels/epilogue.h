@@ -6,6 +6,9 @@
 //   TmaStore       through the consumer warpgroup's swizzled tile in shared memory and one TMA
 //                  store per 64-column panel (step 16); rows past N_q are clipped by O's tensor
 //                  map. Hopper only; finish() waits for the last store before the block exits.
+//                  A packed (varlen) tensor's map does not end where a sequence does: the rows
+//                  past it are the next sequence's, so a warpgroup whose rows run past its
+//                  sequence's end (`direct`) copies its existing rows from the tile itself.
 //
 // Both write LSE = scale·m + ln(l) (−inf for a row that saw no key) from the registers. An
 // epilogue reads the fields of `Out` it needs; the kernel fills them where step 16 computed them
@@ -32,7 +35,7 @@ struct NoTile {};
 /// Where a warp's rows go. `OTile`: the SmemTile type of a consumer's O tile (TmaStore), or NoTile.
 template <class OTile = NoTile>
 struct Out {
-  tile::bf16* o = nullptr;   // O's row for the Q tile's first row (RegisterStore)
+  tile::bf16* o = nullptr;   // O's row for the Q tile's first row (RegisterStore; TmaStore when direct)
   int64_t o_row_stride = 0;  // elements from one row of O to the next
   float* lse = nullptr;      // LSE's entry for the Q tile's first row; nullptr: no LSE
   int row0 = 0;              // the warp's first row in the Q tile
@@ -40,6 +43,7 @@ struct Out {
   // TmaStore only: the warpgroup's tile, the warp's first row in it, the warpgroup's named
   // barrier, O's tensor map and the tile's box (row, head, batch).
   OTile tile{};
+  bool direct = false;  // the warpgroup's rows end inside the map (a packed sequence's last tile): no TMA
   int tile_row0 = 0;
   int barrier = 0;
   const void* map = nullptr;
@@ -106,7 +110,11 @@ struct TmaStore {
     tile::store_rows_to_tile(out.tile, o_i, tile::safe_inverse(l), out.tile_row0);
     ptx::fence_proxy_async_shared();  // the writes above, before the copy engine's reads
     ptx::named_barrier_sync(out.barrier, 128);
-    if (leader) {
+    if (out.direct) {  // the same for the whole warpgroup; its first row is row0 − tile_row0 of the Q tile
+      const int wg_row0 = out.row0 - out.tile_row0;
+      tile::store_tile_rows(out.tile, out.o + wg_row0 * out.o_row_stride, out.o_row_stride, out.valid_rows - wg_row0,
+                            int(threadIdx.x % 128), 128);
+    } else if (leader) {
       tile::store_tile_tma(out.tile, out.map, out.map_row, out.head, out.batch);
       ptx::bulk_commit_group();
     }

@@ -6,8 +6,9 @@
 // decoding, a short chunk of prefill), and either the caller gave a workspace, so the keys can be
 // split, or a length per sequence (step 29's ragged caches) or a block table (step 30's paged
 // caches), which only this kernel reads, or the packed grid fills the GPU without splitting; and
-// every call of packed sequences (step 31's varlen), whatever its length, since only it reads their
-// offsets. On an H200 it reads the KV cache at the memory's rate, 3× what the Hopper forward's
+// packed sequences (step 31's varlen): every such call of the mma.sync forward, whatever its length,
+// since only this kernel reads their offsets there; of the Hopper forward, which reads them too,
+// the decode-sized ones. On an H200 it reads the KV cache at the memory's rate, 3× what the Hopper forward's
 // 128-row tiles reach on one real row.
 //
 // What step 28 hard-wired is the production layer's here: the epilogue (PackedStore, bf16 O or the
@@ -365,11 +366,12 @@ const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
 
 }  // namespace
 
-bool accepts(const AttentionParams& p) {
+bool accepts(const AttentionParams& p, bool prefill_varlen) {
   if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0 || !head_dim_built(int(p.head_dim))) return false;
   if (p.head_dim != 64 && p.head_dim != 128) return false;
-  if (p.cu_seqlens_q != nullptr) return true;  // packed sequences: only it reads their offsets, whatever their length
   const int64_t rows = p.seqlen_q * (p.heads_q / p.heads_kv);
+  // Packed sequences: the decode-sized ones, and all of them where the prefill kernel reads none.
+  if (p.cu_seqlens_q != nullptr) return !prefill_varlen || rows <= kMaxPackedRows;
   if (rows > kMaxPackedRows) return false;
   if (p.workspace != nullptr || p.num_splits > 1) return true;           // it can split: always the better kernel
   if (p.seqlens_kv != nullptr || p.block_table != nullptr) return true;  // only it reads lengths and pages
@@ -379,10 +381,10 @@ bool accepts(const AttentionParams& p) {
   return sms > 0 && p.batch * p.heads_kv >= sms;
 }
 
-Status route(const AttentionParams& p, cudaStream_t stream, bool* taken) {
-  *taken = accepts(p);
+Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool prefill_varlen) {
+  *taken = accepts(p, prefill_varlen);
   if (*taken) return forward(p, stream);
-  if (p.cu_seqlens_q != nullptr)  // only this kernel reads the offsets: never the prefill kernel's
+  if (p.cu_seqlens_q != nullptr && !prefill_varlen)  // only this kernel reads the offsets, not the prefill kernel
     return Status::Unsupported(
         "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 64 "
         "and 128; this call has head dim " +
@@ -408,8 +410,8 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return kTuner.run(p, stream);  // the calling kernel validated p
 }
 
-std::string describe(const AttentionParams& p, const std::string& prefill) {
-  if (!accepts(p)) return prefill;
+std::string describe(const AttentionParams& p, const std::string& prefill, bool prefill_varlen) {
+  if (!accepts(p, prefill_varlen)) return prefill;
   return "decode kernel (" + std::to_string(kProductionDecode) + "): " + kTuner.describe(p);
 }
 

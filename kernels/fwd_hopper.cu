@@ -9,6 +9,15 @@
 //   Scheduler which work tiles a block takes, turn by turn (kernels/scheduler.h): persistent.
 //   Epilogue  how O and LSE leave (kernels/epilogue.h): TmaStore (through shared memory and the
 //             copy engine) or RegisterStore; part of the configuration, and of its tuner name.
+//   Sequences where each sequence's rows are (kernels/sequences.h): Batched, or Packed (varlen),
+//             one instantiation each, picked by the call.
+//
+// Packed sequences (cu_seqlens) run here when they are longer than a decode: the maps describe
+// the packed (total, H, D) tensors, the producer skips the Q tiles past a sequence's end and hands
+// the consumers each sequence's rows and lengths. The maps clip only at the tensor's end,
+// so a sequence's last tiles hold its neighbour's rows: Q's are computed and never stored, K's are
+// masked like any key past N_kv, V's are zeroed in shared memory before P·V reads them (0 · NaN
+// would be NaN), and O's rows past the sequence are stored from the registers, never by the map.
 //
 // With the default policies it compiles, configuration by configuration, to step 16's count of
 // HGMMA, UTMALDG, UTMASTG and MUFU.EX2 (static.kernels.hopper.same_as_step16).
@@ -27,6 +36,7 @@
 #include "kernels/launch.h"
 #include "kernels/mask.h"
 #include "kernels/scheduler.h"
+#include "kernels/sequences.h"
 #include "kernels/score_mod.h"
 #include "library/cuda_status.h"
 #include "library/launch_limits.h"
@@ -42,13 +52,18 @@ using fa::ptx::mbarrier_wait;
 
 constexpr int kWarpgroupThreads = 128;  // four warps issue one wgmma together
 constexpr int kWarpgroupRows = 64;      // the rows one wgmma computes: 16 per warp
-constexpr int kProducerRegs = 24;       // what the producer keeps after setmaxnreg
+constexpr int kProducerRegs = 24;       // what the producer keeps after setmaxnreg, at least
+constexpr int kProducerRegsRoomy = 32;  // ... and where that costs the consumers no register
 constexpr int kMaxConsumerRegs = 240;   // the most setmaxnreg gives a thread (below the 255 cap)
 
 // Named barriers: 0 is __syncthreads(); consumer warpgroup c (1, 2, ...) meets its own four warps
-// on barrier c.
+// on barrier c; all the consumers meet on the one after the last of those.
 __device__ __forceinline__ int consumer_barrier(int warpgroup) {
   return warpgroup;
+}
+template <int CONSUMERS>
+__device__ __forceinline__ int all_consumers_barrier() {
+  return CONSUMERS + 1;
 }
 
 // One kernel configuration: query rows per block, keys per K/V tile, K/V tiles in flight, and the
@@ -68,10 +83,16 @@ struct Config {
   // Registers per thread after setmaxnreg (step 13's arithmetic): the block's pool is its entry
   // cap times its threads; the producer gives most of its share back, the consumers share the rest.
   static constexpr int ENTRY_REGS = 65536 / NUM_THREADS / 8 * 8;
-  static constexpr int PRODUCER_REGS = kProducerRegs;
-  static constexpr int CONSUMER_REGS_FIT =
-      (NUM_THREADS * ENTRY_REGS - kWarpgroupThreads * PRODUCER_REGS) / (kWarpgroupThreads * CONSUMERS) / 8 * 8;
-  static constexpr int CONSUMER_REGS = CONSUMER_REGS_FIT < kMaxConsumerRegs ? CONSUMER_REGS_FIT : kMaxConsumerRegs;
+  static constexpr int consumer_regs(int producer_regs) {
+    const int fit =
+        (NUM_THREADS * ENTRY_REGS - kWarpgroupThreads * producer_regs) / (kWarpgroupThreads * CONSUMERS) / 8 * 8;
+    return fit < kMaxConsumerRegs ? fit : kMaxConsumerRegs;
+  }
+  // The packed producer's sequence lookups spill at 24 registers with 3 or 4 consumers, whose share
+  // is the same at 32 (rounded down to 8 either way).
+  static constexpr int PRODUCER_REGS =
+      consumer_regs(kProducerRegsRoomy) == consumer_regs(kProducerRegs) ? kProducerRegsRoomy : kProducerRegs;
+  static constexpr int CONSUMER_REGS = consumer_regs(PRODUCER_REGS);
   static_assert(kWarpgroupThreads * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= NUM_THREADS * ENTRY_REGS,
                 "the consumers would ask setmaxnreg for more registers than the block holds");
   static_assert(BLOCK_N == 64 || BLOCK_N == 128, "the wgmma shapes wrapped: N = 64, 128");
@@ -87,8 +108,8 @@ struct Config {
 
 // ---- the kernel --------------------------------------------------------------------------------
 
-template <int HEAD_DIM, typename Cfg, typename MaskT = CausalFlag, typename ScoreMod = Identity,
-          typename Scheduler = PersistentScheduler>
+template <int HEAD_DIM, typename Cfg, typename Sequences = Batched, typename MaskT = CausalFlag,
+          typename ScoreMod = Identity, typename Scheduler = PersistentScheduler>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     attention_kernel(const AttentionParams params, const float scale_log2, const int64_t offset,
                      const __grid_constant__ QkvTileMaps maps, const __grid_constant__ CUtensorMap o_map) {
@@ -110,31 +131,48 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   const int warp = int(threadIdx.x) / 32;
   const int warpgroup = warp / 4;                        // 0: the producer; 1 .. CONSUMERS: the consumers
   const int wg_row0 = kWarpgroupRows * (warpgroup - 1);  // a consumer's first row in the block
-  const int n_q = int(params.seqlen_q);
+  constexpr bool varlen = Sequences::kPacked;            // packed sequences: maps of (1, H, total, D)
 
   // ---- work tiles: the Scheduler's, decoded by the producer alone into the KV tiles to visit and
-  // handed to the consumers in `scheduled`.
-  const Tiles tiles{(n_q + BLOCK_M - 1) / BLOCK_M, params.batch * params.heads_q, MaskT::longest_first(params)};
+  // handed to the consumers in `scheduled`. With varlen, Q tiles count to the longest sequence's.
+  const Tiles tiles{int(cdiv(params.seqlen_q, BLOCK_M)), params.batch * params.heads_q, MaskT::longest_first(params)};
   struct Work {
     int bh;  // batch · H_q + query head; -1: no more tiles
     int m_start, n_blocks, first_masked;
+    int q_row, kv_row;  // the tile's first row in Q's and O's maps, its sequence's first key in K's and V's
+    int n_q, n_kv;      // the sequence's queries and keys
+    int offset;         // its causal diagonal: key j visible to query i when j <= i + offset
   };
-  auto work = [&](int turn) {
-    Work w{-1, 0, 0, 0};
-    const typename Scheduler::Work t = Scheduler::work(tiles, turn);
-    if (t.bh < 0) return w;
-    w.bh = int(t.bh);
-    w.m_start = t.m_block * BLOCK_M;
-    // The KV tiles [0, end) of all BLOCK_M rows (as step 16 counts them); from the first with a
-    // masked element on, the element test.
-    static_assert(MaskT::kFromFirstKey, "a range that starts past KV tile 0 needs the loop to start there");
-    const TileRange range = MaskT::range(params, offset, w.m_start, BLOCK_M, BLOCK_N);
-    w.n_blocks = int(range.end);
-    w.first_masked = int(range.end_full);
-    return w;
+  // The next work tile at or after the scheduler's turn `turn` (advanced past it): a varlen tile
+  // past its sequence's last query is no work, and skipped.
+  auto work = [&](int& turn) {
+    Work w{-1, 0, 0, 0, 0, 0, 0, 0, 0};
+    for (;;) {
+      const typename Scheduler::Work t = Scheduler::work(tiles, turn++);
+      if (t.bh < 0) return w;
+      w.bh = int(t.bh);
+      w.m_start = t.m_block * BLOCK_M;
+      const int b = w.bh / int(params.heads_q);
+      const SequenceRows q_seq = Sequences::queries(params, b);
+      if (varlen && w.m_start >= q_seq.length) continue;
+      const SequenceRows kv_seq = Sequences::keys(params, b);
+      w.q_row = int(q_seq.first) + w.m_start;
+      w.kv_row = int(kv_seq.first);
+      w.n_q = q_seq.length;
+      w.n_kv = kv_seq.length;
+      w.offset = varlen ? (params.causal_align == CausalAlign::bottom_right ? w.n_kv - w.n_q : 0) : int(offset);
+      // The KV tiles [0, end) of all BLOCK_M rows (as step 16 counts them); from the first with a
+      // masked element on, the element test.
+      static_assert(MaskT::kFromFirstKey, "a range that starts past KV tile 0 needs the loop to start there");
+      const TileRange range = MaskT::range(params, w.n_kv, w.offset, w.m_start, BLOCK_M, BLOCK_N);
+      w.n_blocks = int(range.end);
+      w.first_masked = int(range.end_full);
+      return w;
+    }
   };
   auto batch_of = [&](const Work& w) { return w.bh / int(params.heads_q); };
   auto head_of = [&](const Work& w) { return w.bh % int(params.heads_q); };
+  auto map_batch = [&](const Work& w) { return varlen ? 0 : batch_of(w); };  // a packed map has one batch entry
   // Two entries: tile iter's is rewritten for tile iter + 2 only after Q of tile iter + 1 was
   // released, when every consumer is past tile iter's store.
   __shared__ Work scheduled[2];
@@ -149,8 +187,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     if (use > 0) mbarrier_wait(bar(kv_empty[slot]), (use - 1) % 2);
     ptx::mbarrier_arrive_expect_tx(bar(kv_full[slot]), 2 * BLOCK_N * HEAD_DIM * int(sizeof(bf16)));
     const int h_kv = int(kv_head_of(head_of(w), params.heads_q, params.heads_kv));
-    load_tile_tma(k_tile_of(pos), &maps.k, n_block * BLOCK_N, h_kv, batch_of(w), bar(kv_full[slot]));
-    load_tile_tma(v_tile_of(pos), &maps.v, n_block * BLOCK_N, h_kv, batch_of(w), bar(kv_full[slot]));
+    const int row = (varlen ? w.kv_row : 0) + n_block * BLOCK_N;
+    load_tile_tma(k_tile_of(pos), &maps.k, row, h_kv, map_batch(w), bar(kv_full[slot]));
+    load_tile_tma(v_tile_of(pos), &maps.v, row, h_kv, map_batch(w), bar(kv_full[slot]));
   };
 
   if (threadIdx.x == 0) {
@@ -168,9 +207,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      int pos = 0;  // ring position: K/V tiles this block has loaded so far
+      int pos = 0;   // ring position: K/V tiles this block has loaded so far
+      int turn = 0;  // the scheduler's turns taken (iter counts those handed out)
       for (int iter = 0;; ++iter) {
-        const Work w = work(iter);
+        const Work w = work(turn);
         if (w.n_blocks > 0) load_kv(w, 0, pos++);
         if (iter > 0) mbarrier_wait(bar(q_empty), (iter - 1) % 2);
         scheduled[iter % 2] = w;
@@ -179,7 +219,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
           break;
         }
         ptx::mbarrier_arrive_expect_tx(bar(q_full), BLOCK_M * HEAD_DIM * int(sizeof(bf16)));
-        load_tile_tma(q_tile, &maps.q, w.m_start, head_of(w), batch_of(w), bar(q_full));
+        load_tile_tma(q_tile, &maps.q, w.q_row, head_of(w), map_batch(w), bar(q_full));
         for (int n_block = 1; n_block < w.n_blocks; ++n_block) load_kv(w, n_block, pos++);
       }
     }
@@ -205,7 +245,17 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     // the P·V in flight is done.
     auto softmax = [&](Acc<BLOCK_N>& s, int n_block, Rows& alpha) {
       score_mod(s, row0, n_block * BLOCK_N);
-      if (n_block >= w.first_masked) apply_mask(s, row0, n_block * BLOCK_N, MaskT::element(params, offset));
+      if (n_block >= w.first_masked) {
+        if constexpr (varlen) {
+          // The sequence's length and diagonal read again where they are needed, the tile's first
+          // row folded into the diagonal: kept in registers through the loop, they cost the 3- and
+          // 4-consumer configurations a spill.
+          const Work& seq = scheduled[iter % 2];
+          apply_mask(s, tile_row0, n_block * BLOCK_N, MaskT::element(params, seq.n_kv, seq.offset + seq.m_start));
+        } else {
+          apply_mask(s, row0, n_block * BLOCK_N, MaskT::element(params, offset));
+        }
+      }
       const Rows m_new = row_max(s, m_i);
       const bool moved = any_max_moved(m_i, m_new, scale_log2, Cfg::RESCALE_THRESHOLD);
       if (moved) {
@@ -247,6 +297,16 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
         if (moved_next) rescale(o_i, alpha);
         p = to_bf16(s_next);
       }
+      // A packed sequence's last V tile past its end: the neighbour's rows, zeroed by all the
+      // consumers before any of them reads the tile.
+      if constexpr (varlen) {
+        const int tail = scheduled[iter % 2].n_kv - (w.n_blocks - 1) * BLOCK_N;  // keys of the tile that exist
+        if (tail < BLOCK_N) {
+          zero_rows(v_tile_of(pos), tail, int(threadIdx.x) - kWarpgroupThreads, kWarpgroupThreads * Cfg::CONSUMERS);
+          ptx::fence_proxy_async_shared();  // the zeros, before wgmma (the async proxy) reads them
+          ptx::named_barrier_sync(all_consumers_barrier<Cfg::CONSUMERS>(), kWarpgroupThreads * Cfg::CONSUMERS);
+        }
+      }
       wgmma_begin(o_i, p);
       mma_pv_async(o_i, p, v_tile_of(pos));
       ptx::wgmma_commit();
@@ -260,22 +320,27 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     const Rows l = quad_sum(l_i);
     const Work done = scheduled[iter % 2];
     Out<SmemTile<kWarpgroupRows, OLayout>> out;
+    const int64_t b = batch_of(done), h = head_of(done);
+    const SequenceRows q_seq{done.q_row - done.m_start, done.n_q};
+    out.valid_rows = done.n_q - done.m_start;
     if constexpr (Epilogue::kSmemTile) {
       out.tile = {o_tiles + (warpgroup - 1) * kWarpgroupRows * HEAD_DIM};
+      out.direct = varlen && out.valid_rows < wg_row0 + kWarpgroupRows;
       out.tile_row0 = tile_row0 - wg_row0;
       out.barrier = consumer_barrier(warpgroup);
       out.map = &o_map;
-      out.map_row = done.m_start + wg_row0;
-      out.head = head_of(done);
-      out.batch = batch_of(done);
-    } else {
-      out.o = static_cast<bf16*>(params.o) + int64_t(batch_of(done)) * params.o_stride.batch +
-              int64_t(head_of(done)) * params.o_stride.head + int64_t(w.m_start) * params.o_stride.seq;
+      out.map_row = done.q_row + wg_row0;
+      out.head = int(h);
+      out.batch = map_batch(done);
+    }
+    if constexpr (!Epilogue::kSmemTile || varlen) {
+      out.o = static_cast<bf16*>(params.o) + sequence_offset(params.o_stride, b, q_seq, varlen) +
+              h * params.o_stride.head + int64_t(done.m_start) * params.o_stride.seq;
       out.o_row_stride = params.o_stride.seq;
     }
-    out.lse = params.lse != nullptr ? params.lse + int64_t(done.bh) * n_q + w.m_start : nullptr;  // (B, H_q, N_q)
+    // (B, H_q, N_q), or with varlen (H_q, total_q)
+    out.lse = params.lse != nullptr ? params.lse + lse_offset(params, b, h, q_seq, done.m_start, varlen) : nullptr;
     out.row0 = tile_row0;
-    out.valid_rows = n_q - w.m_start;
     Epilogue::store(out, o_i, m_i, l, scale_log2);
   }
   Epilogue::finish();
@@ -286,15 +351,17 @@ struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
-    const auto kernel = attention_kernel<HEAD_DIM, Cfg>;
+    const auto kernel =
+        p.cu_seqlens_q != nullptr ? attention_kernel<HEAD_DIM, Cfg, Packed> : attention_kernel<HEAD_DIM, Cfg, Batched>;
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)
     if (Status st = make_qkv_tile_maps(&maps, p, Cfg::BLOCK_M, Cfg::BLOCK_N); !st.ok()) return st;
     // O in boxes of one consumer's rows; built for every configuration, so that what the kernel
     // accepts does not depend on the epilogue the tuner picks.
     CUtensorMap o_map;
-    if (Status st =
-            make_tile_map(&o_map, "o", p.o, p.batch, p.heads_q, p.seqlen_q, p.head_dim, p.o_stride, kWarpgroupRows);
+    const bool packed = p.cu_seqlens_q != nullptr;  // varlen: O is (total_q, H_q, D)
+    if (Status st = make_tile_map(&o_map, "o", p.o, packed ? 1 : p.batch, p.heads_q, packed ? p.total_q : p.seqlen_q,
+                                  p.head_dim, p.o_stride, kWarpgroupRows);
         !st.ok())
       return st;
     int resident = 0;
@@ -331,7 +398,8 @@ const Capabilities kCaps = [] {
   c.split_kv = true;                        // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   c.seqlens_kv = true;                      // ... and reads a length per sequence
   c.paged_kv = true;                        // ... a paged cache
-  c.varlen = true;                          // ... and packed sequences of any length (cu_seqlens)
+  c.varlen = true;                          // packed sequences (cu_seqlens): decode-sized ones the decode
+                                            // kernel, longer ones this one
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
   return c;
 }();
@@ -341,13 +409,13 @@ const Capabilities kCaps = [] {
 Status forward(const AttentionParams& p, cudaStream_t stream) {
   if (Status st = validate(p, kCaps); !st.ok()) return st;  // its last rule: sm_90a code on a GPU that runs it
   bool decode = false;  // a call of a few rows per group: the decode kernel (kernels/fwd_decode.cu)
-  if (Status st = decode::route(p, stream, &decode); decode || !st.ok()) return st;
+  if (Status st = decode::route(p, stream, &decode, /*prefill_varlen=*/true); decode || !st.ok()) return st;
   return kTuner.run(p, stream);
 }
 
 // What runs call p: the decode kernel's configuration for the calls it takes, else the tuner's.
 std::string describe(const AttentionParams& p) {
-  return decode::describe(p, kTuner.describe(p));
+  return decode::describe(p, kTuner.describe(p), /*prefill_varlen=*/true);
 }
 
 FA_REGISTER_STEP({kProductionHopper, "kernel_hopper", /*base=*/16,

@@ -16,20 +16,21 @@ constexpr int kProductionHopper = 101;
 constexpr int kProductionDecode = 102;
 
 namespace decode {
-/// Whether the decode kernel takes call p: head dim 64 or 128, and packed sequences (cu_seqlens, any
-/// length), or N_q·(H_q / H_kv) <= 64 (a group's rows fit one tile) with a workspace (it can split
-/// the keys), a length per sequence (seqlens_kv) or a block table (a paged cache), which only it
-/// reads, or B·H_kv blocks that fill the GPU without splitting.
-bool accepts(const AttentionParams& p);
+/// Whether the decode kernel takes call p: head dim 64 or 128, and packed sequences (cu_seqlens; any
+/// length unless the calling kernel reads them itself, `prefill_varlen`: then those with
+/// N_q·(H_q / H_kv) <= 64), or N_q·(H_q / H_kv) <= 64 (a group's rows fit one tile) with a workspace
+/// (it can split the keys), a length per sequence (seqlens_kv) or a block table (a paged cache),
+/// which only it reads, or B·H_kv blocks that fill the GPU without splitting.
+bool accepts(const AttentionParams& p, bool prefill_varlen = false);
 /// GQA-packed split-KV attention (validated params; the split from num_splits and the workspace).
 Status forward(const AttentionParams& p, cudaStream_t stream);
 /// What kernels 100 and 101 say they run for call p: the decode kernel's configuration when it takes
 /// p, else `prefill` (their own tuner's description of p).
-std::string describe(const AttentionParams& p, const std::string& prefill);
+std::string describe(const AttentionParams& p, const std::string& prefill, bool prefill_varlen = false);
 /// What kernels 100 and 101 do first: the decode kernel runs the calls it takes (*taken = true);
-/// a split or lengths per sequence asked of a call it does not take are refused; anything else is
-/// the caller's.
-Status route(const AttentionParams& p, cudaStream_t stream, bool* taken);
+/// a split or lengths per sequence asked of a call it does not take are refused, and packed
+/// sequences unless the caller reads them (`prefill_varlen`); anything else is the caller's.
+Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool prefill_varlen = false);
 }  // namespace decode
 
 namespace bwd {

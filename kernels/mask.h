@@ -201,11 +201,19 @@ struct CausalFlag {
   /// the steps' instructions (the general form cost the Hopper kernel's producer ~50 instructions a
   /// work tile). CausalFlagIsTheGeneralRange (tests/cpu/kernels_mask_test.cpp) proves them equal.
   FA_HD static TileRange range(const AttentionParams& p, int64_t offset, int64_t m_start, int rows, int block_n) {
-    const int end = kv_tile_end(m_start, rows, block_n, p.seqlen_kv, p.causal, offset);
-    return {0, 0, kv_tile_first_masked(m_start, rows, block_n, p.seqlen_kv, p.causal, offset), end};
+    return range(p, p.seqlen_kv, offset, m_start, rows, block_n);
   }
   FA_HD static fa::CausalMask element(const AttentionParams& p, int64_t offset) {
-    return {int(p.seqlen_kv), p.causal, offset};
+    return element(p, p.seqlen_kv, offset);
+  }
+  /// The same for one sequence of N_kv keys and its own diagonal offset (a varlen call's sequence).
+  FA_HD static TileRange range(const AttentionParams& p, int64_t n_kv, int64_t offset, int64_t m_start, int rows,
+                               int block_n) {
+    const int end = kv_tile_end(m_start, rows, block_n, n_kv, p.causal, offset);
+    return {0, 0, kv_tile_first_masked(m_start, rows, block_n, n_kv, p.causal, offset), end};
+  }
+  FA_HD static fa::CausalMask element(const AttentionParams& p, int64_t n_kv, int64_t offset) {
+    return {int(n_kv), p.causal, offset};
   }
   FA_HD static bool longest_first(const AttentionParams& p) { return p.causal; }
 

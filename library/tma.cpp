@@ -90,13 +90,18 @@ Status make_accum_map(CUtensorMap* map, const float* base, int64_t planes, int64
 }
 
 Status make_qkv_tile_maps(QkvTileMaps* maps, const AttentionParams& p, int block_m, int block_n) {
-  if (Status st = make_tile_map(&maps->q, "q", p.q, p.batch, p.heads_q, p.seqlen_q, p.head_dim, p.q_stride, block_m);
+  // Packed sequences (varlen): one batch entry of total_q (total_kv) rows; the kernel steps to a
+  // sequence by its first row.
+  const bool packed = p.cu_seqlens_q != nullptr;
+  const int64_t batch = packed ? 1 : p.batch;
+  const int64_t rows_q = packed ? p.total_q : p.seqlen_q, rows_kv = packed ? p.total_kv : p.seqlen_kv;
+  if (Status st = make_tile_map(&maps->q, "q", p.q, batch, p.heads_q, rows_q, p.head_dim, p.q_stride, block_m);
       !st.ok())
     return st;
-  if (Status st = make_tile_map(&maps->k, "k", p.k, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim, p.k_stride, block_n);
+  if (Status st = make_tile_map(&maps->k, "k", p.k, batch, p.heads_kv, rows_kv, p.head_dim, p.k_stride, block_n);
       !st.ok())
     return st;
-  return make_tile_map(&maps->v, "v", p.v, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim, p.v_stride, block_n);
+  return make_tile_map(&maps->v, "v", p.v, batch, p.heads_kv, rows_kv, p.head_dim, p.v_stride, block_n);
 }
 
 }  // namespace fa

@@ -49,7 +49,8 @@ struct QkvTileMaps {
   CUtensorMap q, k, v;
 };
 
-/// make_tile_map for Q, K and V of `p`; the first error, naming its tensor.
+/// make_tile_map for Q, K and V of `p` (packed sequences: one batch entry of total_q / total_kv
+/// rows); the first error, naming its tensor.
 Status make_qkv_tile_maps(QkvTileMaps* maps, const AttentionParams& p, int block_m, int block_n);
 
 }  // namespace fa

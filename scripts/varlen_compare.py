@@ -4,8 +4,9 @@
 A batch of sequences of different lengths, GQA 32/8, D = 128, causal, run four ways, each checked
 once against an fp32 reference and then timed (scripts/compare.py's timer: L2 flushed, median):
 
-  varlen      fa_course.flash_attn_varlen_func on the packed batch (the production decode kernel,
-              which reads the offsets: steps 28-31's kernel);
+  varlen      fa_course.flash_attn_varlen_func on the packed batch (the library's choice: on Hopper
+              kernel 101's packed instantiations; elsewhere the production decode kernel, which
+              reads the offsets);
   per-seq     fa_course.flash_attn_func once per sequence (the library's choice, kernel 101 on
               Hopper), the time summed: what a caller without varlen does;
   padded      fa_course.flash_attn_func on the batch padded to the longest, bottom-right per row...

@@ -9,6 +9,7 @@
 #include "kernels/kernels.h"
 #include "library/tuner.h"
 #include "tests/gpu/step_suite.h"
+#include "tests/gpu/varlen_check.h"
 
 namespace fa {
 namespace {
@@ -38,6 +39,25 @@ TEST(KernelHopper, TheEpilogueIsInTheConfigurationName) {
                               [](const std::string& n) { return n.find("O=registers") != std::string::npos; }));
     }
   }
+}
+
+// Packed sequences longer than a decode run on this kernel's own configurations (the Packed
+// instantiations, kernels/sequences.h): every one of them, not only the tuner's pick, on sequences
+// of several Q and KV tiles whose last tiles reach into NaN rows past the last sequence.
+TEST(KernelHopper, EveryConfigurationReadsPackedSequences) {
+  FA_REQUIRE_GPU();
+  const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionHopper);
+  ASSERT_NE(t, nullptr);
+  int runs = 0;
+  for (int d : testing::the_step().caps.head_dims)
+    for (const std::string& config : t->config_names(d))
+      for (bool causal : {false, true}) {
+        SCOPED_TRACE(config);
+        testing::expect_varlen_matches({300, 37, 520, 129}, {400, 37, 520, 641}, 4, 2, d, causal, 0, 0,
+                                       /*rows_past_last=*/true, config);
+        ++runs;
+      }
+  EXPECT_GT(runs, 0);
 }
 
 }  // namespace

@@ -4,13 +4,15 @@ count of each named instruction (tensor-core, ldmatrix, cp.async, exp2) in the S
 (architecture, head dim, Config) both objects compile. The policies are free only if this holds.
 
   same_counts.py --cuobjdump PATH --kernel OBJ --step OBJ [--ins HMMA LDSM LDGSTS MUFU.EX2] [--head-dims 64 128]
-                 [--family forward|backward]
+                 [--family forward|backward] [--skip REGEX]
 
 Kernels are matched by their template arguments `attention_kernel<HEAD_DIM, Config<...>, ...>`
 (--family backward: `backward_kernel<HEAD_DIM, BwdConfig<...>, DETERMINISTIC, ...>`, BwdConfig's integer
 arguments whatever their number: <BLOCK_M, BLOCK_N> on mma.sync, <HEAD_DIM> on Hopper);
 a configuration one object has and the other lacks is a failure too. --head-dims: compare only those (the
-head dims the build compiles the production kernels for, FA_HEAD_DIMS). Exit 1 with a table of every
+head dims the build compiles the production kernels for, FA_HEAD_DIMS). --skip: the kernel object's
+functions whose names match are left out (instantiations the step has no counterpart for, such as
+the Hopper forward's for packed sequences: kernels/sequences.h). Exit 1 with a table of every
 difference."""
 import argparse
 import collections
@@ -31,7 +33,7 @@ def config_key(family, m):
     return tuple(int(g) for g in m.groups()[1:])
 
 
-def counts(cuobjdump, obj, names, family="forward"):
+def counts(cuobjdump, obj, names, family="forward", skip=None):
     out = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True, check=True).stdout
     table = collections.defaultdict(collections.Counter)
     arch = key = None
@@ -41,6 +43,8 @@ def counts(cuobjdump, obj, names, family="forward"):
         elif "Function : " in line:
             m = KEY_RE[family].search(line)
             key = (arch, int(m.group(1)), config_key(family, m)) if m else None
+            if skip and re.search(skip, line):
+                key = None
         elif key is not None:
             for n in names:
                 if re.search(r"\b" + re.escape(n) + r"\b", line):
@@ -56,8 +60,9 @@ def main():
     ap.add_argument("--ins", nargs="+", default=["HMMA", "LDSM", "LDGSTS", "MUFU.EX2"])
     ap.add_argument("--head-dims", nargs="+", type=int)
     ap.add_argument("--family", choices=sorted(KEY_RE), default="forward")
+    ap.add_argument("--skip", help="leave out the kernel object's functions whose names match")
     a = ap.parse_args()
-    k, s = counts(a.cuobjdump, a.kernel, a.ins, a.family), counts(a.cuobjdump, a.step, a.ins, a.family)
+    k, s = counts(a.cuobjdump, a.kernel, a.ins, a.family, a.skip), counts(a.cuobjdump, a.step, a.ins, a.family)
     if a.head_dims:
         s = {key: v for key, v in s.items() if key[1] in a.head_dims}
     if not k or not s:

@@ -1,128 +1,15 @@
-// Step 31's packed sequences against the fp64 reference, sequence by sequence. Q, K and V are
-// packed (total, H, D) tensors built from fresh random bf16 values; sequence b is rows
-// cu_seqlens[b] .. cu_seqlens[b+1] − 1 of each, with lengths that differ between queries and keys,
-// sequences with no queries or no keys, and a longest length above every real one. O and the LSE
-// start NaN with rows past the packed ones, which must stay NaN; K and V have NaN rows past
-// total_kv, which a sequence reading past its keys would meet (a sequence reading its neighbour's
-// keys fails the reference instead).
+// Step 31's packed sequences against the fp64 reference, sequence by sequence
+// (tests/gpu/varlen_check.h): lengths that differ between queries and keys, sequences with no
+// queries or no keys, a longest length above every real one, NaN rows past the packed ones that
+// must stay NaN (O, LSE) and never reach a result (K, V).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <random>
-#include <string>
-#include <vector>
-
-#include "harness/check.h"
-#include "harness/cuda_check.h"
-#include "harness/device_buffer.h"
-#include "reference/cpu_reference.h"
-#include "tests/gpu/bf16_bits.h"
-#include "tests/gpu/step_suite.h"
+#include "tests/gpu/varlen_check.h"
 
 namespace fa {
 namespace {
 
-constexpr int kGuardRows = 8;  // NaN rows after each packed tensor
-
-struct Packed {
-  std::vector<float> host;     // (total, H, D), bf16 values as floats
-  std::vector<uint16_t> bits;  // the same plus kGuardRows NaN rows
-};
-
-Packed random_packed(int64_t total, int64_t heads, int64_t d, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  Packed t;
-  t.bits.assign(size_t((total + kGuardRows) * heads * d), 0xFFFF);
-  t.host.resize(size_t(total * heads * d));
-  for (size_t i = 0; i < t.host.size(); ++i) {
-    t.bits[i] = testing::bf16_bits(normal(rng));
-    t.host[i] = testing::bf16_float(t.bits[i]);
-  }
-  return t;
-}
-
-std::vector<int32_t> offsets(const std::vector<int32_t>& lengths) {
-  std::vector<int32_t> cu(1, 0);
-  for (int32_t l : lengths) cu.push_back(cu.back() + l);
-  return cu;
-}
-
-// Runs the step on sequences of `q_len[b]` queries and `kv_len[b]` keys (longest: the largest plus
-// `slack`), with num_splits (0: no workspace; S > 1: that many with one), and checks each sequence.
-void expect_varlen_matches(const std::vector<int32_t>& q_len, const std::vector<int32_t>& kv_len, int64_t heads_q,
-                           int64_t heads_kv, int64_t d, bool causal, int num_splits, int slack = 0) {
-  const int64_t B = int64_t(q_len.size());
-  const std::vector<int32_t> cu_q = offsets(q_len), cu_kv = offsets(kv_len);
-  const int64_t total_q = cu_q.back(), total_kv = cu_kv.back();
-  std::mt19937 rng(uint32_t(31000 + B * 7 + total_q * 13 + total_kv * 17 + d + causal));
-  const Packed q = random_packed(total_q, heads_q, d, rng), k = random_packed(total_kv, heads_kv, d, rng),
-               v = random_packed(total_kv, heads_kv, d, rng);
-  DeviceBuffer<uint16_t> q_dev(q.bits.size()), k_dev(k.bits.size()), v_dev(v.bits.size());
-  q_dev.upload(q.bits), k_dev.upload(k.bits), v_dev.upload(v.bits);
-  DeviceBuffer<uint16_t> o_dev(size_t((total_q + kGuardRows) * heads_q * d));
-  DeviceBuffer<float> lse_dev(size_t(heads_q * total_q + kGuardRows));
-  FA_CUDA_CHECK(cudaMemset(o_dev.get(), 0xFF, o_dev.bytes()));
-  FA_CUDA_CHECK(cudaMemset(lse_dev.get(), 0xFF, lse_dev.bytes()));
-  DeviceBuffer<int32_t> cu_q_dev(cu_q.size()), cu_kv_dev(cu_kv.size());
-  cu_q_dev.upload(cu_q), cu_kv_dev.upload(cu_kv);
-
-  AttentionParams p;
-  p.batch = B, p.heads_q = heads_q, p.heads_kv = heads_kv, p.head_dim = d;
-  p.seqlen_q = *std::max_element(q_len.begin(), q_len.end()) + slack;
-  p.seqlen_kv = *std::max_element(kv_len.begin(), kv_len.end()) + slack;
-  p.q = q_dev.get(), p.k = k_dev.get(), p.v = v_dev.get(), p.o = o_dev.get(), p.lse = lse_dev.get();
-  p.q_stride = p.o_stride = Strides{0, d, heads_q * d, 1};  // (total, H, D)
-  p.k_stride = p.v_stride = Strides{0, d, heads_kv * d, 1};
-  p.causal = causal, p.causal_align = CausalAlign::bottom_right;
-  p.cu_seqlens_q = cu_q_dev.get(), p.cu_seqlens_kv = cu_kv_dev.get();
-  p.total_q = total_q, p.total_kv = total_kv;
-  const size_t ws_bytes = split_kv_workspace_bytes(p, num_splits);
-  DeviceBuffer<unsigned char> ws(ws_bytes);
-  if (num_splits > 1) {
-    ws.poison();
-    p.workspace = ws.get(), p.workspace_bytes = ws_bytes, p.num_splits = num_splits;
-  }
-  const Status st = testing::the_step().forward(p, nullptr);
-  ASSERT_TRUE(st.ok()) << st.message();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-
-  std::string lens;
-  for (int64_t b = 0; b < B; ++b)
-    lens += std::to_string(q_len[size_t(b)]) + "/" + std::to_string(kv_len[size_t(b)]) + " ";
-  SCOPED_TRACE("lengths (q/kv) " + lens + "H " + std::to_string(heads_q) + "/" + std::to_string(heads_kv) + " D " +
-               std::to_string(d) + (causal ? " causal" : "") + ", num_splits " + std::to_string(num_splits));
-  const std::vector<uint16_t> o_bits = o_dev.download();
-  const std::vector<float> lse_all = lse_dev.download();
-  std::vector<float> out, out_lse;  // the kernel's, in the reference's per-sequence (H, N_q, D) order
-  std::vector<double> ref_o, ref_lse;
-  for (int64_t b = 0; b < B; ++b) {
-    AttentionParams one = p;  // sequence b alone: (1, H, len, D) views of the packed host tensors
-    one.batch = 1, one.seqlen_q = q_len[size_t(b)], one.seqlen_kv = kv_len[size_t(b)];
-    one.cu_seqlens_q = one.cu_seqlens_kv = nullptr, one.total_q = one.total_kv = 0;
-    if (one.seqlen_q == 0) continue;
-    const ReferenceOutput r =
-        cpu_reference(one, q.host.data() + cu_q[size_t(b)] * heads_q * d,
-                      k.host.data() + cu_kv[size_t(b)] * heads_kv * d, v.host.data() + cu_kv[size_t(b)] * heads_kv * d);
-    ref_o.insert(ref_o.end(), r.o.begin(), r.o.end());
-    ref_lse.insert(ref_lse.end(), r.lse.begin(), r.lse.end());
-    for (int64_t h = 0; h < heads_q; ++h)
-      for (int64_t i = 0; i < one.seqlen_q; ++i) {
-        const int64_t row = cu_q[size_t(b)] + i;
-        for (int64_t c = 0; c < d; ++c) out.push_back(testing::bf16_float(o_bits[size_t((row * heads_q + h) * d + c)]));
-        out_lse.push_back(lse_all[size_t(h * total_q + row)]);
-      }
-  }
-  const CompareResult co = compare(out, ref_o, bf16_tolerance());
-  const CompareResult cl = compare(out_lse, ref_lse, lse_tolerance());
-  EXPECT_TRUE(co.ok) << "O: " << co.summary();
-  EXPECT_TRUE(cl.ok) << "LSE: " << cl.summary();
-  for (size_t i = size_t(total_q * heads_q * d); i < o_bits.size(); ++i)
-    ASSERT_EQ(o_bits[i], 0xFFFF) << "O written past its packed rows, element " << i;
-  for (size_t i = size_t(heads_q * total_q); i < lse_all.size(); ++i)
-    ASSERT_TRUE(std::isnan(lse_all[i])) << "LSE written past (H_q, total_q), element " << i;
-}
+using testing::expect_varlen_matches;
 
 TEST(Varlen, PrefillEachSequenceItsOwnLengths) {
   FA_REQUIRE_GPU();
@@ -135,6 +22,18 @@ TEST(Varlen, PrefillEachSequenceItsOwnLengths) {
 TEST(Varlen, LongestAboveEveryLengthAndSequencesWithoutQueries) {
   FA_REQUIRE_GPU();
   expect_varlen_matches({0, 33, 0, 129}, {17, 200, 5, 129}, 4, 4, 64, true, 0, /*slack=*/37);
+}
+
+// Sequences of many Q and KV tiles (the prefill kernels' tiles are up to 256 rows and 128 keys),
+// lengths that end inside a tile and on its edge, and a call whose tensors go on past the last
+// sequence with NaN rows: its last sequence's tiles reach into them, which must be neither read
+// into the result (K masked, V zeroed or never loaded) nor written (O and LSE stay NaN).
+TEST(Varlen, LongSequencesAndRowsPastTheLast) {
+  FA_REQUIRE_GPU();
+  for (int64_t d : {64, 128})
+    for (bool causal : {false, true})
+      expect_varlen_matches({700, 37, 1100, 384, 129}, {900, 37, 1100, 200, 641}, 4, 2, d, causal, 0, 0,
+                            /*rows_past_last=*/true);
 }
 
 TEST(Varlen, DecodeRowsSplit) {
