@@ -7,6 +7,8 @@ once against an fp32 reference and then timed (scripts/compare.py's timer: L2 fl
   varlen      fa_course.flash_attn_varlen_func on the packed batch (the library's choice: on Hopper
               kernel 101's packed instantiations; elsewhere the production decode kernel, which
               reads the offsets);
+  varlen-graph  the same call captured once in a CUDA graph and replayed: the kernel alone (outside a
+              graph the library first checks the offsets, one synchronisation a call);
   per-seq     fa_course.flash_attn_func once per sequence (the library's choice, kernel 101 on
               Hopper), the time summed: what a caller without varlen does;
   padded      fa_course.flash_attn_func on the batch padded to the longest, bottom-right per row...
@@ -83,7 +85,18 @@ def main():
                 with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
                     return F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=True)
 
-            for label, fn in (("varlen", varlen), ("per-seq", per_seq), ("padded", padded), ("sdpa-flash", sdpa)):
+            # The same call replayed from a CUDA graph, as a serving engine runs it: no offset check
+            # (the library checks them outside a graph, one synchronisation), no host work.
+            graph = torch.cuda.CUDAGraph()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                varlen()  # warm-up on a side stream before capture, as PyTorch asks
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(graph):
+                varlen()
+            for label, fn in (("varlen", varlen), ("varlen-graph", graph.replay), ("per-seq", per_seq),
+                              ("padded", padded), ("sdpa-flash", sdpa)):
                 try:
                     fn()
                     torch.cuda.synchronize()
@@ -95,7 +108,7 @@ def main():
                 rows.append(dict(batch=name, provider=label, us=1e3 * ms, tflops=flops / (ms * 1e-3) / 1e12,
                                  note=f"max err {worst:.1e}" if label == "varlen" else ""))
             compare.log(f"[varlen] {name} done")
-        del q, k, v, pq, pk, pv
+        del q, k, v, pq, pk, pv, graph
         torch.cuda.empty_cache()
 
     gpu = torch.cuda.get_device_name(0)

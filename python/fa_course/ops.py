@@ -409,8 +409,11 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
         raise ValueError(f"fa_course.{fn}: cu_seqlens_q and cu_seqlens_k hold different batch sizes "
                          f"({len(cu_seqlens_q) - 1} and {len(cu_seqlens_k) - 1})")
     if not torch.cuda.is_current_stream_capturing():
-        for name, cu, total, longest in (("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q),
-                                         ("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k)):
+        # Both offset tensors in one copy to the host (one synchronisation, one small kernel), then
+        # judged there: a check per value on the GPU costs a launch and a synchronisation each.
+        host = torch.cat((cu_seqlens_q, cu_seqlens_k)).cpu()
+        for name, cu, total, longest in (("cu_seqlens_q", host[:len(cu_seqlens_q)], q.shape[0], max_seqlen_q),
+                                         ("cu_seqlens_k", host[len(cu_seqlens_q):], k.shape[0], max_seqlen_k)):
             lengths = cu[1:] - cu[:-1]
             if int(cu[0]) != 0 or int(cu[-1]) != total or bool((lengths < 0).any()) or \
                     int(lengths.max()) > longest:
