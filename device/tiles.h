@@ -91,4 +91,15 @@ FA_HD WorkTile work_tile(int t, int m_tiles, bool causal) {
   return {bh, (i & 1) ? i >> 1 : m_tiles - 1 - (i >> 1)};
 }
 
+/// Packed sequences (varlen) have fewer Q tiles than the longest, whose count (m_tiles) numbers the
+/// work tiles: folded by m_tiles, a short sequence's pairs lose their long tile and cost unequal
+/// amounts. This is the Q tile of work_tile's slot had the head been folded by its own count `own`
+/// (pairs of equal cost again), or `own` when the slot lies past the sequence's tiles (no work).
+/// Causal only; with own == m_tiles it returns m_tile.
+FA_HD int refold_tile(int m_tile, int m_tiles, int own) {
+  const int slot = m_tile >= m_tiles / 2 ? 2 * (m_tiles - 1 - m_tile) : 2 * m_tile + 1;  // work_tile's inverse
+  if (slot >= own) return own;
+  return (slot & 1) ? slot >> 1 : own - 1 - (slot >> 1);
+}
+
 }  // namespace fa

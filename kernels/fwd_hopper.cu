@@ -154,7 +154,12 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       w.m_start = t.m_block * BLOCK_M;
       const int b = w.bh / int(params.heads_q);
       const SequenceRows q_seq = Sequences::queries(params, b);
-      if (varlen && w.m_start >= q_seq.length) continue;
+      if constexpr (varlen) {  // the sequence's own Q tiles, causal ones refolded into pairs of equal cost
+        const int own = (q_seq.length + BLOCK_M - 1) / BLOCK_M;
+        const int m_block = tiles.longest_first ? refold_tile(t.m_block, tiles.m_tiles, own) : t.m_block;
+        if (m_block >= own) continue;  // past the sequence's last query: no work
+        w.m_start = m_block * BLOCK_M;
+      }
       const SequenceRows kv_seq = Sequences::keys(params, b);
       w.q_row = int(q_seq.first) + w.m_start;
       w.kv_row = int(kv_seq.first);

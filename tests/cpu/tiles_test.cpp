@@ -151,6 +151,44 @@ TEST(PersistentTiles, PlainDealOfLongestFirstIsUnbalanced) {
   EXPECT_LT(imbalance(block_work({128, 16, 132}, true, /*fold=*/true, &visits)), 1.04);
 }
 
+// Packed sequences: each head's slots refolded by its own tile count visit each of its tiles once
+// (and nothing past them), and the causal work of a mixed batch is balanced again: folded by the
+// longest sequence's count, a head of half as many tiles keeps only the short half of each pair.
+TEST(PersistentTiles, PackedSequencesRefoldedByTheirOwnTileCount) {
+  for (int m_tiles : {1, 2, 7, 32})
+    for (int own = 0; own <= m_tiles; ++own) {
+      std::vector<int> visits(size_t(own), 0);
+      for (int slot = 0; slot < m_tiles; ++slot) {
+        const int m = refold_tile(work_tile(slot, m_tiles, true).m_tile, m_tiles, own);
+        ASSERT_GE(m, 0);
+        ASSERT_LE(m, own);
+        if (m < own) ++visits[size_t(m)];
+        if (own == m_tiles) EXPECT_EQ(m, work_tile(slot, m_tiles, true).m_tile);
+      }
+      for (int v : visits) ASSERT_EQ(v, 1) << "m_tiles " << m_tiles << " own " << own;
+    }
+  // 8 sequences of 16 Q tiles each, numbered to 32 (max_seqlen twice the real ones), 32 heads.
+  auto work_of = [](const std::vector<int>& own, int heads, bool refold) {
+    const int m_tiles = 32, grid = 132, tiles = m_tiles * int(own.size()) * heads;
+    std::vector<int64_t> work(size_t(grid), 0);
+    for (int b = 0; b < grid; ++b)
+      for (int k = 0;; ++k) {
+        const int t = persistent_tile(k, b, grid, true);
+        if (t >= tiles) break;
+        const WorkTile w = work_tile(t, m_tiles, true);
+        const int n = own[size_t(w.bh / heads)];
+        const int m = refold ? refold_tile(w.m_tile, m_tiles, n) : w.m_tile;
+        if (m < n) work[size_t(b)] += m + 1;
+      }
+    return work;
+  };
+  const std::vector<int> equal(8, 16), mixed = {32, 24, 16, 15, 8, 4, 2, 1};
+  EXPECT_GT(imbalance(work_of(equal, 32, false)), 1.15);
+  EXPECT_LT(imbalance(work_of(equal, 32, true)), 1.05);
+  EXPECT_GT(imbalance(work_of(mixed, 8, false)), 1.3);
+  EXPECT_LT(imbalance(work_of(mixed, 8, true)), 1.2);
+}
+
 TEST(Swizzle, IsAPermutationOfEachRow) {
   for (int row_elems : {64, 128})
     for (int row = 0; row < 16; ++row) {
