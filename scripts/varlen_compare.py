@@ -7,8 +7,9 @@ once against an fp32 reference and then timed (scripts/compare.py's timer: L2 fl
   varlen      fa_course.flash_attn_varlen_func on the packed batch (the library's choice: on Hopper
               kernel 101's packed instantiations; elsewhere the production decode kernel, which
               reads the offsets);
-  varlen-graph  the same call captured once in a CUDA graph and replayed: the kernel alone (outside a
-              graph the library first checks the offsets, one synchronisation a call);
+  varlen-unchecked  the same call with check_offsets=False (outside a graph the library first
+              checks the offsets, one synchronisation a call), as the transformers integration;
+  varlen-graph  the same call captured once in a CUDA graph and replayed: the kernel alone;
   per-seq     fa_course.flash_attn_func once per sequence (the library's choice, kernel 101 on
               Hopper), the time summed: what a caller without varlen does;
   padded      fa_course.flash_attn_func on the batch padded to the longest, bottom-right per row...
@@ -95,7 +96,10 @@ def main():
             torch.cuda.current_stream().wait_stream(side)
             with torch.cuda.graph(graph):
                 varlen()
-            for label, fn in (("varlen", varlen), ("varlen-graph", graph.replay), ("per-seq", per_seq),
+            unchecked = lambda: fa_course.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths),
+                                                                 causal=True, check_offsets=False)
+            for label, fn in (("varlen", varlen), ("varlen-unchecked", unchecked), ("varlen-graph", graph.replay),
+                              ("per-seq", per_seq),
                               ("padded", padded), ("sdpa-flash", sdpa)):
                 try:
                     fn()
