@@ -50,17 +50,30 @@ using fa::ptx::cp_async_wait;
 constexpr int kWarpSize = 32;
 constexpr int kMmaRows = 16;
 
-// One kernel configuration: query rows per block, keys per K/V tile, K/V tiles in flight, and
-// 16-row mma tiles per warp (step 28: 16 rows per warp at D = 128, where 32 spilled).
-template <int BLOCK_M_, int BLOCK_N_, int STAGES_, int M_TILES_>
+// One kernel configuration: query rows per block, keys per K/V tile, K/V tiles in flight, 16-row
+// mma tiles per warp (step 28: 16 rows per warp at D = 128, where 32 spilled), and the warps that
+// share one row tile, each taking BLOCK_N / KEY_WARPS keys of every K/V tile (KEY_WARPS > 1: a
+// decode group of 4 or 8 rows fills a quarter or half of one 16-row tile; with the keys split, the
+// block does one warp's mma work per K/V tile instead of four, and its warps merge their partial
+// rows at the end by their maxima, as split-KV's combine does).
+template <int BLOCK_M_, int BLOCK_N_, int STAGES_, int M_TILES_, int KEY_WARPS_ = 1>
 struct Config {
   static constexpr int BLOCK_M = BLOCK_M_;
   static constexpr int BLOCK_N = BLOCK_N_;
   static constexpr int STAGES = STAGES_;
   static constexpr int M_TILES = M_TILES_;
-  static constexpr const char* VARIANT = M_TILES_ == 1 ? "16 rows/warp" : "32 rows/warp";
+  static constexpr int KEY_WARPS = KEY_WARPS_;
+  static constexpr const char* VARIANT = KEY_WARPS_ > 1 ? "keys over warps"
+                                                        : (M_TILES_ == 1 ? "16 rows/warp" : "32 rows/warp");
   static constexpr int ROWS_PER_WARP = kMmaRows * M_TILES;
-  static constexpr int NUM_WARPS = BLOCK_M / ROWS_PER_WARP;
+  static constexpr int NUM_WARPS = BLOCK_M / ROWS_PER_WARP * KEY_WARPS;
+  static constexpr int WARP_N = BLOCK_N / KEY_WARPS;  // keys of a K/V tile one warp multiplies
+  static_assert(KEY_WARPS == 1 || (BLOCK_M == ROWS_PER_WARP && M_TILES == 1), "keys split over one row tile's warps");
+  static_assert(WARP_N % 16 == 0, "whole 16-key blocks per warp");
+  // __launch_bounds__'s blocks per SM: 0 says nothing (the compiler's choice); 1 lets the keys-over-
+  // warps configurations take the registers their merge needs (left to itself, the compiler
+  // capped them at 168 at D = 128 and spilled; shared memory holds two blocks per SM either way).
+  static constexpr int MIN_BLOCKS = KEY_WARPS > 1 ? 1 : 0;
   static constexpr int NUM_THREADS = NUM_WARPS * kWarpSize;
   static constexpr float RESCALE_THRESHOLD = 8.0f;  // exp2 units: P <= 2^8 between rescales
   template <int HEAD_DIM>
@@ -82,11 +95,12 @@ static_assert(kDecodeKvTile == 64, "every configuration's BLOCK_N: the workspace
 // plain decode does not carry the offsets (with them, as step 31 does, a plain decode ran 4-8 %
 // slower than step 30, which has none).
 template <int HEAD_DIM, typename Cfg, bool SPLIT, typename Sequences>
-__global__ void __launch_bounds__(Cfg::NUM_THREADS)
+__global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
     decode_kernel(const AttentionParams params, const float scale_log2, const int splits, float* o_part,
                   float* lse_part, const int64_t split_rows, const int pack) {
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
   constexpr int STAGES = Cfg::STAGES, M_TILES = Cfg::M_TILES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
+  constexpr int KEY_WARPS = Cfg::KEY_WARPS, WARP_N = Cfg::WARP_N;
   using Layout = SwizzledLayout<HEAD_DIM>;
   extern __shared__ uint4 smem[];
   const SmemTile<BLOCK_M, Layout> q_tile{reinterpret_cast<bf16*>(smem)};
@@ -141,7 +155,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   // The pages of the next K/V tile load_kv issues, looked up one tile ahead of its copies.
   TilePages<NUM_THREADS, BLOCK_N, Layout> next_pages{};
   if (paged) next_pages = lookup_tile_pages<NUM_THREADS, BLOCK_N, Layout>(pages, key0, n_kv);
-  const int row0 = m_start + warp * ROWS_PER_WARP;  // this warp's first packed row
+  const int warp_row = KEY_WARPS > 1 ? 0 : warp * ROWS_PER_WARP;  // this warp's first row in the tile
+  const int warp_key = KEY_WARPS > 1 ? warp * WARP_N : 0;         // ... and first key in a K/V tile
+  const int row0 = m_start + warp_row;                            // this warp's first packed row
 
   auto k_tile_of = [&](int n_block) { return next_tile(kv_ring, 2 * (n_block % STAGES)); };
   auto v_tile_of = [&](int n_block) { return next_tile(kv_ring, 2 * (n_block % STAGES) + 1); };
@@ -192,15 +208,17 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     __syncthreads();
     if (n_block + STAGES - 1 < n_blocks) load_kv(n_block + STAGES - 1);
     cp_async_commit();
-    const SmemTile<BLOCK_N, Layout> k_tile = k_tile_of(n_block), v_tile = v_tile_of(n_block);
+    // The warp's keys of the tile: all of them, or its WARP_N (16 rows down keeps the swizzle).
+    const SmemTile<WARP_N, Layout> k_tile{k_tile_of(n_block).ptr + warp_key * Layout::kRowElems},
+        v_tile{v_tile_of(n_block).ptr + warp_key * Layout::kRowElems};
 
-    Acc<BLOCK_N> s[M_TILES];
-    mma_qk_tiles(s, q_tile, warp * ROWS_PER_WARP, k_tile);
-    FragA<BLOCK_N> p[M_TILES];
+    Acc<WARP_N> s[M_TILES];
+    mma_qk_tiles(s, q_tile, warp_row, k_tile);
+    FragA<WARP_N> p[M_TILES];
 #pragma unroll
     for (int t = 0; t < M_TILES; ++t) {
       if (n_block >= first_masked)
-        apply_mask(s[t], row0 + kMmaRows * t, n_start, PackedCausalMask{n_kv, causal, offset, pack});
+        apply_mask(s[t], row0 + kMmaRows * t, n_start + warp_key, PackedCausalMask{n_kv, causal, offset, pack});
       const Rows m_new = row_max(s[t], m_i[t]);
       if (any_max_moved(m_i[t], m_new, scale_log2, Cfg::RESCALE_THRESHOLD)) {
         const Rows alpha = rescale_factor(m_i[t], scale_log2, exp2_offset(m_new, scale_log2));
@@ -208,11 +226,56 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
         l_i[t] = l_i[t] * alpha;
         m_i[t] = m_new;
       }
-      const Acc<BLOCK_N> p_t = exp2_rows(s[t], scale_log2, exp2_offset(m_i[t], scale_log2));
+      const Acc<WARP_N> p_t = exp2_rows(s[t], scale_log2, exp2_offset(m_i[t], scale_log2));
       p[t] = to_bf16(p_t);
       l_i[t] = l_i[t] + row_sum(p_t);
     }
     mma_pv_tiles(o_i, p, v_tile);
+  }
+
+  // ---- keys over warps: each warp holds the tile's rows over its share of the keys. Through the
+  // K/V ring (no copy is in flight any more), every warp's O, m and l in fragment order, lane
+  // fastest (no bank conflicts); warp 0 scales each by 2^(scale·(m_w − m)) to the rows' common max
+  // m and sums them (an empty share, m_w = −inf, weighs 0), and stores the result alone.
+  if constexpr (KEY_WARPS > 1) {
+    constexpr int WORDS = HEAD_DIM / 2 + 4;  // a lane's O fragments, then m and l for its two rows
+    static_assert(KEY_WARPS * WORDS * kWarpSize * 4 <= Layout::bytes(STAGES * 2 * BLOCK_N), "the ring holds them");
+    float* const part = reinterpret_cast<float*>(kv_ring.ptr);
+    const int lane = int(threadIdx.x) % kWarpSize;
+    auto word = [&](int w, int j) -> float& { return part[(w * WORDS + j) * kWarpSize + lane]; };
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the ring
+#pragma unroll
+    for (int f = 0; f < HEAD_DIM / 8; ++f)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) word(warp, 4 * f + e) = o_i[0].c[f][e];
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      word(warp, HEAD_DIM / 2 + r) = m_i[0].r[r], word(warp, HEAD_DIM / 2 + 2 + r) = l_i[0].r[r];
+    __syncthreads();
+    if (warp != 0) return;
+    Rows m = m_i[0];
+#pragma unroll
+    for (int w = 1; w < KEY_WARPS; ++w)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) m.r[r] = fmaxf(m.r[r], word(w, HEAD_DIM / 2 + r));
+    const Rows m_off = exp2_offset(m, scale_log2);
+    const Rows a0 = rescale_factor(m_i[0], scale_log2, m_off);
+    rescale(o_i[0], a0);
+    l_i[0] = l_i[0] * a0;
+#pragma unroll 1
+    for (int w = 1; w < KEY_WARPS; ++w) {
+      Rows m_w, l_w;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) m_w.r[r] = word(w, HEAD_DIM / 2 + r), l_w.r[r] = word(w, HEAD_DIM / 2 + 2 + r);
+      const Rows a = rescale_factor(m_w, scale_log2, m_off);
+#pragma unroll
+      for (int f = 0; f < HEAD_DIM / 8; ++f)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o_i[0].c[f][e] += a.r[e / 2] * word(w, 4 * f + e);
+      l_i[0] = l_i[0] + l_w * a;
+    }
+    m_i[0] = m;
   }
 
   // ---- out: the group's rows, (B, H_q, N_q) rows from the group's first head at query 0, N_q the
@@ -223,7 +286,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const int64_t lse_at = lse_offset(params, b, h0, q_seq, 0, varlen);
 #pragma unroll
   for (int t = 0; t < M_TILES; ++t) {
-    const int tile_row0 = warp * ROWS_PER_WARP + kMmaRows * t;
+    const int tile_row0 = warp_row + kMmaRows * t;
     const Rows l = quad_sum(l_i[t]);
     if constexpr (SPLIT) {
       const int64_t part = split * split_rows + lse_row0;
@@ -365,9 +428,11 @@ struct Launcher {
 // Step 28's list, in its order of preference: 64-row tiles (one group's rows in every one). (Step
 // 30's 8-warp, 128-row tile was tried at D = 128: 0.51 ms against 0.28 at B = 32, N_kv = 8k, paged.)
 const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
-                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},    // 2 warps of 32 rows
-                                            At<64, Config<64, 64, 3, 1>>{},    // 4 warps of 16 rows
-                                            At<128, Config<64, 64, 3, 1>>{}),  // 4 warps of 16 rows
+                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},       // 2 warps of 32 rows
+                                            At<64, Config<64, 64, 3, 1>>{},       // 4 warps of 16 rows
+                                            At<64, Config<16, 64, 3, 1, 4>>{},    // 16 rows, keys over 4 warps
+                                            At<128, Config<64, 64, 3, 1>>{},      // 4 warps of 16 rows
+                                            At<128, Config<16, 64, 3, 1, 4>>{}),  // 16 rows, keys over 4 warps
                           /*kv_buckets=*/true);  // a decode's cache grows a key a call: key by N_kv's bucket
 
 }  // namespace

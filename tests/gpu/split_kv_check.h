@@ -11,6 +11,7 @@
 #include "harness/check.h"
 #include "harness/cuda_check.h"
 #include "harness/device_buffer.h"
+#include "library/tuner.h"
 #include "reference/cpu_reference.h"
 #include "tests/gpu/step_suite.h"
 
@@ -34,7 +35,11 @@ inline ProblemShape split_shape(int64_t b, int64_t h, int64_t hkv, int64_t nq, i
 
 // Runs the step with num_splits (0: its own choice) and a poisoned workspace of `workspace_splits`
 // splits' size; returns the workspace after the call.
-inline std::vector<unsigned char> expect_split_matches(const ProblemShape& s, int num_splits, int workspace_splits) {
+// `config`: run that configuration of `tuner` (Tuner::run_config: no routing, no choice), else the
+// step's forward.
+inline std::vector<unsigned char> expect_split_matches(const ProblemShape& s, int num_splits, int workspace_splits,
+                                                       const tuner::Tuner* tuner = nullptr,
+                                                       const std::string& config = "") {
   AttentionProblem prob(s);
   const ReferenceData ref = compute_reference(prob);
   AttentionParams p = prob.params();
@@ -45,10 +50,10 @@ inline std::vector<unsigned char> expect_split_matches(const ProblemShape& s, in
   p.workspace = bytes ? ws.get() : nullptr;
   p.workspace_bytes = bytes;
   prob.poison_outputs();
-  const Status st = the_step().forward(p, nullptr);
+  const Status st = tuner ? tuner->run_config(p, config, nullptr) : the_step().forward(p, nullptr);
   EXPECT_TRUE(st.ok()) << st.message();
   FA_CUDA_CHECK(cudaDeviceSynchronize());
-  SCOPED_TRACE(to_string(s) + ", num_splits " + std::to_string(num_splits));
+  SCOPED_TRACE(to_string(s) + ", num_splits " + std::to_string(num_splits) + (tuner ? ", " + config : ""));
   const CompareResult co = compare(prob.output_bhnd(), ref.o, bf16_tolerance());
   const CompareResult cl = compare(prob.lse(), ref.lse, lse_tolerance());
   EXPECT_TRUE(co.ok) << "O: " << co.summary();

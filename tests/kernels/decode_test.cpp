@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "tests/gpu/split_kv_check.h"
 
 namespace fa {
@@ -26,6 +27,25 @@ TEST(Decode, OneRowEveryGroupSize) {
   for (auto [h, hkv] : {std::pair{4, 4}, std::pair{6, 2}, std::pair{32, 8}, std::pair{32, 1}})
     for (int64_t d : {64, 128})
       for (int splits : {2, 5}) expect_split_matches(split_shape(2, h, hkv, 1, 1000, d), splits, splits);
+}
+
+// Every configuration of the decode kernel's tuner, not only its pick: one row of each group size
+// (4 and 8 rows per group: the keys-over-warps configurations' case), split and not; speculative
+// rows past one 16-row tile, causal; rows that see no key.
+TEST(Decode, EveryConfigurationMatches) {
+  FA_REQUIRE_GPU();
+  const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionDecode);
+  ASSERT_NE(t, nullptr);
+  int runs = 0;
+  for (int64_t d : testing::the_step().caps.head_dims)
+    for (const std::string& config : t->config_names(int(d))) {
+      for (int splits : {1, 3}) expect_split_matches(split_shape(2, 32, 8, 1, 1000, d), splits, splits, t, config);
+      expect_split_matches(split_shape(2, 16, 2, 1, 700, d, true), 2, 2, t, config);
+      expect_split_matches(split_shape(2, 16, 2, 5, 777, d, true), 4, 4, t, config);
+      expect_split_matches(split_shape(1, 8, 2, 9, 5, d, true), 2, 2, t, config);
+      ++runs;
+    }
+  EXPECT_GT(runs, 0);
 }
 
 TEST(Decode, SpeculativeRowsCausal) {
