@@ -6,8 +6,8 @@
 //            call's longest.
 //
 // A kernel compiles one instantiation per policy and its host side picks by the call
-// (cu_seqlens_q set or not), so that a batched call runs exactly the code it ran before packed
-// sequences existed: the Hopper forward's batched instantiations keep step 16's instruction counts.
+// (cu_seqlens_q set or not), so that a batched call carries no packed-sequence code in its loops:
+// the Hopper forward's batched instantiations keep step 16's instruction counts.
 #pragma once
 
 #include "device/varlen.h"
