@@ -14,10 +14,11 @@
 //
 // Packed sequences (cu_seqlens) run here when they are longer than a decode: the maps describe
 // the packed (total, H, D) tensors, the producer skips the Q tiles past a sequence's end and hands
-// the consumers each sequence's rows and lengths. The maps clip only at the tensor's end,
-// so a sequence's last tiles hold its neighbour's rows: Q's are computed and never stored, K's are
+// the consumers each sequence's rows and lengths. The maps clip only at the tensor's end, so a
+// sequence's last tiles hold its neighbour's rows: Q's are computed and never stored, K's are
 // masked like any key past N_kv, V's are zeroed in shared memory before P·V reads them (0 · NaN
-// would be NaN), and O's rows past the sequence are stored from the registers, never by the map.
+// would be NaN), and a warpgroup whose rows run past the sequence copies the ones that exist from
+// its O tile instead of storing the map's box (docs/production_layer.md).
 //
 // With the default policies it compiles, configuration by configuration, to step 16's count of
 // HGMMA, UTMALDG, UTMASTG and MUFU.EX2 (static.kernels.hopper.same_as_step16).
