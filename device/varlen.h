@@ -27,6 +27,12 @@ FA_HD SequenceRows sequence_rows(const int32_t* cu, int64_t b, int64_t total, in
   return {first, int(length)};
 }
 
+/// Sequence b's causal diagonal: key j visible to its query i when j <= i + offset; 0 aligned top-left,
+/// its own N_kv − N_q bottom-right (AttentionParams::causal_offset() for one sequence's lengths).
+FA_HD int64_t sequence_causal_offset(const AttentionParams& p, int64_t n_q, int64_t n_kv) {
+  return p.causal_align == CausalAlign::bottom_right ? n_kv - n_q : 0;
+}
+
 /// Where sequence b starts in a tensor of strides `s`: at its first packed row with varlen, else at
 /// batch entry b.
 FA_HD int64_t sequence_offset(const Strides& s, int64_t b, const SequenceRows& seq, bool varlen) {

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
   // The sequence's keys (step 29): its own length when the call gives one per sequence, clamped to
   // the caches' capacity N_kv, and the causal diagonal aligned to it.
   const int n_kv_all = params.seqlens_kv ? min(max(params.seqlens_kv[b], 0), int(params.seqlen_kv)) : kv_seq.length;
-  const int64_t offset_all = params.causal_align == CausalAlign::bottom_right ? int64_t(n_kv_all) - n_q : 0;
+  const int64_t offset_all = sequence_causal_offset(params, n_q, n_kv_all);
   const bool causal = params.causal;
   // The tile's KV range is its queries' (CausalFlag's rule on query rows), split S ways; from the
   // range's first key on, K, V and the mask count from that key.
@@ -331,9 +331,8 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int64_t i = int64_t(blockIdx.x) * kCombineRows + r;
   if (bh >= params.batch * params.heads_q || i >= params.seqlen_q) return;  // a whole warp: no shuffle left behind
   const int64_t b = bh / params.heads_q, h = bh % params.heads_q;
-  const bool varlen = params.cu_seqlens_q != nullptr;
-  const SequenceRows q_seq = varlen ? sequence_rows(params.cu_seqlens_q, b, params.total_q, params.seqlen_q)
-                                    : SequenceRows{0, int(params.seqlen_q)};
+  const bool varlen = params.cu_seqlens_q != nullptr;  // (one combine for both: it is a few microseconds)
+  const SequenceRows q_seq = varlen ? Packed::queries(params, b) : Batched::queries(params, b);
   if (i >= q_seq.length) return;  // varlen: past a shorter sequence, no partials were written (a whole warp)
   const int64_t rows = params.batch * params.heads_q * params.seqlen_q, row = bh * params.seqlen_q + i;
   float m = -INFINITY;

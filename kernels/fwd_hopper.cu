@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       w.kv_row = int(kv_seq.first);
       w.n_q = q_seq.length;
       w.n_kv = kv_seq.length;
-      w.offset = varlen ? (params.causal_align == CausalAlign::bottom_right ? w.n_kv - w.n_q : 0) : int(offset);
+      w.offset = varlen ? int(sequence_causal_offset(params, w.n_q, w.n_kv)) : int(offset);
       // The KV tiles [0, end) of all BLOCK_M rows (as step 16 counts them); from the first with a
       // masked element on, the element test.
       static_assert(MaskT::kFromFirstKey, "a range that starts past KV tile 0 needs the loop to start there");

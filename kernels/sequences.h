@@ -17,14 +17,12 @@ namespace fa::kernels {
 
 struct Batched {
   static constexpr bool kPacked = false;
-  static constexpr const char* kName = "batched";
   FA_HD static SequenceRows queries(const AttentionParams& p, int64_t) { return {0, int(p.seqlen_q)}; }
   FA_HD static SequenceRows keys(const AttentionParams& p, int64_t) { return {0, int(p.seqlen_kv)}; }
 };
 
 struct Packed {
   static constexpr bool kPacked = true;
-  static constexpr const char* kName = "packed";
   FA_HD static SequenceRows queries(const AttentionParams& p, int64_t b) {
     return sequence_rows(p.cu_seqlens_q, b, p.total_q, p.seqlen_q);
   }

@@ -57,6 +57,18 @@ TEST(VarlenRows, BadOffsetsAreClampedIntoTheTensor) {
   EXPECT_EQ(sequence_rows(cu.data(), 3, total, longest).length, 10);  // cut at the tensor's end
 }
 
+// A sequence's own diagonal: its keys minus its queries bottom-right (N_q > N_kv: negative, its
+// first rows see nothing), 0 top-left, whatever the call's longest lengths.
+TEST(VarlenRows, EachSequenceItsOwnDiagonal) {
+  AttentionParams p;
+  p.seqlen_q = 4096, p.seqlen_kv = 8192;  // the longest: never the answer
+  p.causal_align = CausalAlign::bottom_right;
+  EXPECT_EQ(sequence_causal_offset(p, 100, 300), 200);
+  EXPECT_EQ(sequence_causal_offset(p, 300, 100), -200);
+  p.causal_align = CausalAlign::top_left;
+  EXPECT_EQ(sequence_causal_offset(p, 100, 300), 0);
+}
+
 TEST(PagedRows, PageSizeShiftIsItsLog2) {
   for (int s = 0; s <= 30; ++s) EXPECT_EQ(tile::log2_of_power_of_two(int64_t(1) << s), s);
 }
