@@ -23,7 +23,9 @@
 // (Capabilities::paged_kv) the same keys in a paged cache: pools of (B·N_kv/P, P, H_kv, D) pages, and
 // sequence b's page i is pool page i·B + b, the pages of sequences that grew together interleaved,
 // as a serving engine hands them out. The cache is then (B, N_kv, H_kv, D) for every step (a page is
-// a contiguous run of its rows); the steps that do not page read it unpaged.
+// a contiguous run of its rows); the steps that do not page read it unpaged. `--layout bnhd`
+// lays an unpaged cache out the same way (the default is (B, H_kv, N_kv, D)), so that a paged run
+// and a contiguous one read the same rows.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -110,8 +112,9 @@ double median_of(std::vector<double> v) {
 }  // namespace
 
 int cmd_decode(const std::vector<std::string>& args) {
-  CliArgs cli(args, {"causal", "list", "seqlens", "ragged"},
-              {"steps", "shapes", "h", "hkv", "nq", "d", "splits", "csv", "iters", "warmup", "repeats", "page-size"});
+  CliArgs cli(
+      args, {"causal", "list", "seqlens", "ragged"},
+      {"steps", "shapes", "h", "hkv", "nq", "d", "splits", "csv", "iters", "warmup", "repeats", "page-size", "layout"});
   const int64_t page_size = cli.get_int("page-size", 0);
   if (page_size < 0 || (page_size & (page_size - 1)) != 0)
     throw std::invalid_argument("--page-size takes a power of two (got " + std::to_string(page_size) + ")");
@@ -120,6 +123,11 @@ int cmd_decode(const std::vector<std::string>& args) {
       parse_shapes(cli.get("shapes", "1:8k,8:8k,32:8k,128:8k,1:128k,4:64k,32:1k,256:1k"));
   const int64_t heads_q = cli.get_int("h", 32), heads_kv = cli.get_int("hkv", 8), n_q = cli.get_int("nq", 1);
   const int64_t head_dim = cli.get_int("d", 128);
+  const std::string layout = cli.get("layout", page_size > 0 ? "bnhd" : "bhnd");
+  if (layout != "bhnd" && layout != "bnhd")
+    throw std::invalid_argument("--layout takes bhnd or bnhd (got '" + layout + "')");
+  if (page_size > 0 && layout != "bnhd")
+    throw std::invalid_argument("--page-size: a page is a run of (H_kv, D) rows, the layout is bnhd");
   const std::vector<std::string> split_list = parse_list(cli.get("splits", "auto"));
   for (const std::string& s : split_list)
     if (s != "auto" &&
@@ -142,8 +150,8 @@ int cmd_decode(const std::vector<std::string>& args) {
     ProblemShape s;
     s.batch = d.batch, s.heads_q = heads_q, s.heads_kv = heads_kv, s.seqlen_q = n_q, s.seqlen_kv = d.seqlen_kv;
     s.head_dim = head_dim, s.causal = cli.flag("causal"), s.align = CausalAlign::bottom_right;
-    s.kv_pad_rows = 0;                           // a contiguous cache, as a model passes it
-    if (page_size > 0) s.layout = Layout::bnhd;  // (B, N_kv, H_kv, D): a page is a run of rows
+    s.kv_pad_rows = 0;                              // a contiguous cache, as a model passes it
+    if (layout == "bnhd") s.layout = Layout::bnhd;  // (B, N_kv, H_kv, D), flash-attn's; paged: a page is a run of rows
     s.with_lse = true;
     return s;
   };

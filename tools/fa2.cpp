@@ -160,6 +160,7 @@ void usage() {
          "  configs --step NN [--d 64]            the step's configurations at head dim D, one a line\n"
          "  decode [--steps 16,27] [--shapes 1:8k,8:8k,...] [--h 32 --hkv 8 --nq 1 --d 128] [--causal] [--seqlens]\n"
          "         [--splits auto,1,4] [--csv FILE] [--iters 50 --warmup 5 --repeats 3] [--list]\n"
+         "         [--ragged] [--page-size P] [--layout bhnd|bnhd]\n"
          "                                        decode calls timed as KV-cache bytes read per second\n";
 }
 
