@@ -24,6 +24,7 @@
 #include "device/mask.h"
 #include "device/paged_kv.h"
 #include "device/ptx/cp_async.h"
+#include "device/ptx/sync.h"
 #include "device/smem_tile.h"
 #include "device/split_combine.h"
 #include "device/varlen.h"
@@ -107,6 +108,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
   const SmemTile<BLOCK_N, Layout> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
 
   const int warp = int(threadIdx.x) / kWarpSize;
+  // Split: the combine may be launched now (programmatic dependent launch, sm_90): its blocks start
+  // while these run and wait in wait_for_prior_grid() for the whole grid, so the gap between the two
+  // kernels is not on the call's path.
+  if constexpr (SPLIT) ptx::allow_dependent_launch();
 
   const int m_tiles = SPLIT ? int(gridDim.x) / splits : int(gridDim.x);
   const int split = SPLIT ? int(blockIdx.x) % splits : 0, tile_m = SPLIT ? int(blockIdx.x) / splits : int(blockIdx.x);
@@ -335,6 +340,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   const SequenceRows q_seq = varlen ? Packed::queries(params, b) : Batched::queries(params, b);
   if (i >= q_seq.length) return;  // varlen: past a shorter sequence, no partials were written (a whole warp)
   const int64_t rows = params.batch * params.heads_q * params.seqlen_q, row = bh * params.seqlen_q + i;
+  ptx::wait_for_prior_grid();  // launched early (sm_90): the partials are complete from here on
   float m = -INFINITY;
   for (int s = t; s < splits; s += 32) m = fmaxf(m, lse_part[s * rows + row]);
 #pragma unroll
@@ -417,8 +423,16 @@ struct Launcher {
       const int64_t bh = p.batch * p.heads_q;
       const dim3 combine_grid(unsigned(cdiv(p.seqlen_q, kCombineRows)), unsigned(std::min<int64_t>(bh, 65535)),
                               unsigned(cdiv(bh, 65535)));
-      combine_kernel<HEAD_DIM><<<combine_grid, kCombineThreads, 0, stream>>>(p, splits, o_part, lse_part);
-      FA_LAUNCH_RETURN();
+      // On sm_90 the combine is a programmatic dependent launch: started while the split kernel runs
+      // (which allows it at its start), it waits in wait_for_prior_grid() for the partials.
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = combine_grid, cfg.blockDim = dim3(kCombineThreads), cfg.dynamicSmemBytes = 0, cfg.stream = stream;
+      cudaLaunchAttribute early{};
+      early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      early.val.programmaticStreamSerializationAllowed = 1;
+      if (autotune::current_device().cc_major >= 9) cfg.attrs = &early, cfg.numAttrs = 1;
+      FA_CUDA_RETURN(cudaLaunchKernelEx(&cfg, combine_kernel<HEAD_DIM>, p, splits, static_cast<const float*>(o_part),
+                                        static_cast<const float*>(lse_part)));
     }
     return Status::Ok();
   }
