@@ -313,61 +313,95 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
   }
 }
 
-// The combine: one warp per row of one (batch, query head); it writes O (bf16) and the LSE. Step
-// 27's combine gave a row HEAD_DIM / 8 lanes, each walking the S splits one dependent load after
-// another: S round trips to L2 per row, most of the combine's time at one sequence, where it is a
-// couple of blocks. Here the warp first reads the row's S partial LSEs together (a lane every 32nd
-// split), reduces max and sum by shuffles (device/split_combine.h's rule, its empty-split guard
-// included) and leaves the S weights in shared memory; then GROUPS = 32 / (HEAD_DIM / 8) lanes share
-// each 16-byte chunk of the row, each summing every GROUPS-th split, and a shuffle adds their sums.
+// The combine: W warps per row of one (batch, query head) (1, 2, 4 or 8, from the split count:
+// combine_warps); it writes O (bf16) and the LSE. Step 27's combine gave a row HEAD_DIM / 8 lanes,
+// each walking the S splits one dependent load after another: S round trips to L2 per row, most of
+// the combine's time at one sequence, where it is a couple of blocks. Each warp of a row first reads
+// the row's S partial LSEs together (a lane every 32nd split), reduces max and sum by shuffles
+// (device/split_combine.h's rule, its empty-split guard included) and leaves the S weights in its
+// own shared memory; then GROUPS = 32 / (HEAD_DIM / 8) lanes share each 16-byte chunk of the row,
+// and the row's W · GROUPS lane groups take every (W · GROUPS)-th split, so that a lane has about
+// S / (W · GROUPS) loads to wait for, not S / GROUPS. A shuffle adds a warp's groups, shared memory
+// the row's warps. With one warp per row, one sequence's 32 rows and 32 splits took 9.7 µs (ncu,
+// c7faa3e): sixteen loads in a row per lane, 32 warps on the GPU.
 constexpr int kCombineThreads = 256;
-constexpr int kCombineRows = kCombineThreads / 32;  // a warp per row
+constexpr int kCombineWarps = kCombineThreads / 32;
 template <int HEAD_DIM>
 constexpr int kCombineLanes = HEAD_DIM / 8;  // one 16-byte chunk each
 
+/// Warps per row for S splits: enough lane groups for two splits each, at most the block's 8.
+template <int HEAD_DIM>
+constexpr int combine_warps(int splits) {
+  const int groups = 32 / kCombineLanes<HEAD_DIM>;
+  int w = 1;
+  while (w < kCombineWarps && 2 * w * groups < splits) w *= 2;
+  return w;
+}
+
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(kCombineThreads)
-    combine_kernel(const AttentionParams params, const int splits, const float* o_part, const float* lse_part) {
+    combine_kernel(const AttentionParams params, const int splits, const int row_warps, const float* o_part,
+                   const float* lse_part) {
   constexpr int LANES = kCombineLanes<HEAD_DIM>, GROUPS = 32 / LANES;
   static_assert(32 % LANES == 0, "a row's chunks split a warp evenly");
-  __shared__ float weights[kCombineRows][kMaxKvSplits];
-  const int r = int(threadIdx.x) / 32, t = int(threadIdx.x) % 32, lane = t % LANES, group = t / LANES;
+  __shared__ float weights[kCombineWarps][kMaxKvSplits];  // each warp its own copy of its row's
+  __shared__ float4 sums[kCombineWarps][LANES][2];        // each warp's chunks, for the row's first
+  const int warp = int(threadIdx.x) / 32, t = int(threadIdx.x) % 32, lane = t % LANES, group = t / LANES;
+  const int r = warp / row_warps, wr = warp % row_warps;  // the block's row, and this warp's place in it
   const int64_t bh = blockIdx.y + int64_t(blockIdx.z) * gridDim.y;
-  const int64_t i = int64_t(blockIdx.x) * kCombineRows + r;
-  if (bh >= params.batch * params.heads_q || i >= params.seqlen_q) return;  // a whole warp: no shuffle left behind
-  const int64_t b = bh / params.heads_q, h = bh % params.heads_q;
+  const int64_t i = int64_t(blockIdx.x) * (kCombineWarps / row_warps) + r;
+  bool valid = bh < params.batch * params.heads_q && i < params.seqlen_q;  // the same for a row's warps
+  const int64_t b = valid ? bh / params.heads_q : 0, h = valid ? bh % params.heads_q : 0;
   const bool varlen = params.cu_seqlens_q != nullptr;  // (one combine for both: it is a few microseconds)
-  const SequenceRows q_seq = varlen ? Packed::queries(params, b) : Batched::queries(params, b);
-  if (i >= q_seq.length) return;  // varlen: past a shorter sequence, no partials were written (a whole warp)
+  const SequenceRows q_seq = !valid   ? SequenceRows{}
+                             : varlen ? Packed::queries(params, b)
+                                      : Batched::queries(params, b);
+  valid = valid && i < q_seq.length;  // varlen: past a shorter sequence, no partials were written
   const int64_t rows = params.batch * params.heads_q * params.seqlen_q, row = bh * params.seqlen_q + i;
   ptx::wait_for_prior_grid();  // launched early (sm_90): the partials are complete from here on
-  float m = -INFINITY;
-  for (int s = t; s < splits; s += 32) m = fmaxf(m, lse_part[s * rows + row]);
-#pragma unroll
-  for (int x = 16; x > 0; x /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
-  float sum = 0.0f;
-  if (m != -INFINITY)  // every split empty: no −inf − (−inf)
-    for (int s = t; s < splits; s += 32) sum += expf(lse_part[s * rows + row] - m);
-#pragma unroll
-  for (int x = 16; x > 0; x /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, x);
-  const float lse = m == -INFINITY ? -INFINITY : m + logf(sum);
-  for (int s = t; s < splits; s += 32) weights[r][s] = split_weight(lse_part[s * rows + row], lse);
-  __syncwarp();
-  const int col = lane * 8;
   float acc[8] = {};
-  for (int s = group; s < splits; s += GROUPS) {  // an empty split's O_s is 0 and weighs 0
-    const float w = weights[r][s];
-    const float4* src = reinterpret_cast<const float4*>(o_part + (s * rows + row) * HEAD_DIM + col);
-    const float4 x = src[0], y = src[1];
-    acc[0] = fmaf(w, x.x, acc[0]), acc[1] = fmaf(w, x.y, acc[1]), acc[2] = fmaf(w, x.z, acc[2]);
-    acc[3] = fmaf(w, x.w, acc[3]), acc[4] = fmaf(w, y.x, acc[4]), acc[5] = fmaf(w, y.y, acc[5]);
-    acc[6] = fmaf(w, y.z, acc[6]), acc[7] = fmaf(w, y.w, acc[7]);
+  float lse = -INFINITY;
+  if (valid) {  // whole warps: no shuffle left behind
+    float m = -INFINITY;
+    for (int s = t; s < splits; s += 32) m = fmaxf(m, lse_part[s * rows + row]);
+#pragma unroll
+    for (int x = 16; x > 0; x /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
+    float sum = 0.0f;
+    if (m != -INFINITY)  // every split empty: no −inf − (−inf)
+      for (int s = t; s < splits; s += 32) sum += expf(lse_part[s * rows + row] - m);
+#pragma unroll
+    for (int x = 16; x > 0; x /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+    lse = m == -INFINITY ? -INFINITY : m + logf(sum);
+    for (int s = t; s < splits; s += 32) weights[warp][s] = split_weight(lse_part[s * rows + row], lse);
+    __syncwarp();
+    const int col = lane * 8, step = row_warps * GROUPS;
+    for (int s = wr * GROUPS + group; s < splits; s += step) {  // an empty split's O_s is 0 and weighs 0
+      const float w = weights[warp][s];
+      const float4* src = reinterpret_cast<const float4*>(o_part + (s * rows + row) * HEAD_DIM + col);
+      const float4 x = src[0], y = src[1];
+      acc[0] = fmaf(w, x.x, acc[0]), acc[1] = fmaf(w, x.y, acc[1]), acc[2] = fmaf(w, x.z, acc[2]);
+      acc[3] = fmaf(w, x.w, acc[3]), acc[4] = fmaf(w, y.x, acc[4]), acc[5] = fmaf(w, y.y, acc[5]);
+      acc[6] = fmaf(w, y.z, acc[6]), acc[7] = fmaf(w, y.w, acc[7]);
+    }
+#pragma unroll
+    for (int x = LANES; x < 32; x *= 2)  // the groups' sums of the same chunk
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], x);
+    if (row_warps > 1 && group == 0)
+      sums[warp][lane][0] = make_float4(acc[0], acc[1], acc[2], acc[3]),
+      sums[warp][lane][1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
   }
-#pragma unroll
-  for (int x = LANES; x < 32; x *= 2)  // the groups' sums of the same chunk
-#pragma unroll
-    for (int k = 0; k < 8; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], x);
-  if (group != 0) return;
+  if (row_warps > 1) {  // the row's other warps' sums, added by its first (every thread meets here)
+    __syncthreads();
+    if (valid && wr == 0 && group == 0)
+      for (int w = 1; w < row_warps; ++w) {
+        const float4 x = sums[warp + w][lane][0], y = sums[warp + w][lane][1];
+        acc[0] += x.x, acc[1] += x.y, acc[2] += x.z, acc[3] += x.w;
+        acc[4] += y.x, acc[5] += y.y, acc[6] += y.z, acc[7] += y.w;
+      }
+  }
+  if (!valid || wr != 0 || group != 0) return;
+  const int col = lane * 8;
   bf16* const o_row = static_cast<bf16*>(params.o) + sequence_offset(params.o_stride, b, q_seq, varlen) +
                       h * params.o_stride.head + i * params.o_stride.seq;
   *reinterpret_cast<uint4*>(o_row + col) = uint4{ptx::pack_bf16x2(acc[0], acc[1]), ptx::pack_bf16x2(acc[2], acc[3]),
@@ -421,8 +455,9 @@ struct Launcher {
     FA_LAUNCH_RETURN();
     if (splits > 1) {
       const int64_t bh = p.batch * p.heads_q;
-      const dim3 combine_grid(unsigned(cdiv(p.seqlen_q, kCombineRows)), unsigned(std::min<int64_t>(bh, 65535)),
-                              unsigned(cdiv(bh, 65535)));
+      const int row_warps = combine_warps<HEAD_DIM>(splits);
+      const dim3 combine_grid(unsigned(cdiv(p.seqlen_q, kCombineWarps / row_warps)),
+                              unsigned(std::min<int64_t>(bh, 65535)), unsigned(cdiv(bh, 65535)));
       // On sm_90 the combine is a programmatic dependent launch: started while the split kernel runs
       // (which allows it at its start), it waits in wait_for_prior_grid() for the partials.
       cudaLaunchConfig_t cfg{};
@@ -431,8 +466,8 @@ struct Launcher {
       early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
       early.val.programmaticStreamSerializationAllowed = 1;
       if (autotune::current_device().cc_major >= 9) cfg.attrs = &early, cfg.numAttrs = 1;
-      FA_CUDA_RETURN(cudaLaunchKernelEx(&cfg, combine_kernel<HEAD_DIM>, p, splits, static_cast<const float*>(o_part),
-                                        static_cast<const float*>(lse_part)));
+      FA_CUDA_RETURN(cudaLaunchKernelEx(&cfg, combine_kernel<HEAD_DIM>, p, splits, row_warps,
+                                        static_cast<const float*>(o_part), static_cast<const float*>(lse_part)));
     }
     return Status::Ok();
   }

@@ -61,6 +61,19 @@ TEST(Decode, RowsThatSeeNoKeyAreZero) {
   expect_split_matches(split_shape(1, 8, 2, 9, 5, 128, true), 2, 2);  // bottom-right, N_q > N_kv
 }
 
+// The combine spreads a row's splits over 1 to 8 warps (combine_warps: two splits a lane group):
+// every width at both head dims; empty ranges (64 splits of 1000 keys leave most of them empty),
+// speculative causal rows, rows that see no key.
+TEST(Decode, CombineEveryWarpsPerRow) {
+  FA_REQUIRE_GPU();
+  for (int64_t d : testing::the_step().caps.head_dims) {
+    for (int splits : {3, 6, 12, 24, 32, 64}) expect_split_matches(split_shape(1, 32, 8, 1, 3000, d), splits, splits);
+    expect_split_matches(split_shape(2, 16, 2, 1, 1000, d), 64, 64);
+    expect_split_matches(split_shape(2, 16, 2, 5, 4000, d, true), 24, 24);
+    expect_split_matches(split_shape(1, 8, 2, 9, 700, d, true), 32, 32);  // bottom-right: rows with no key
+  }
+}
+
 TEST(Decode, BnhdLayout) {
   FA_REQUIRE_GPU();
   ProblemShape s = split_shape(3, 16, 4, 2, 2000, 128, true);
