@@ -70,7 +70,8 @@ TEST(Decode, CombineEveryWarpsPerRow) {
     for (int splits : {3, 6, 12, 24, 32, 64}) expect_split_matches(split_shape(1, 32, 8, 1, 3000, d), splits, splits);
     expect_split_matches(split_shape(2, 16, 2, 1, 1000, d), 64, 64);
     expect_split_matches(split_shape(2, 16, 2, 5, 4000, d, true), 24, 24);
-    expect_split_matches(split_shape(1, 8, 2, 9, 700, d, true), 32, 32);  // bottom-right: rows with no key
+    expect_split_matches(split_shape(1, 8, 2, 9, 700, d, true), 32, 32);
+    expect_split_matches(split_shape(1, 8, 2, 9, 5, d, true), 24, 24);  // bottom-right: 4 rows see no key
   }
 }
 
