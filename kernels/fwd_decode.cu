@@ -17,7 +17,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <string>
 
@@ -413,32 +412,6 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 // ---- the host side -----------------------------------------------------------------------------
 
-// Whether the combine may be launched early on the current device: the GPU is sm_90 or later and
-// the combine it runs was compiled for sm_90 or later (its PTX version), where wait_for_prior_grid
-// is griddepcontrol.wait. A build without sm_90 code runs compute_80 PTX on Hopper, JIT-compiled,
-// whose combine has no wait: launched early, it could read partials still being written. Asked
-// once per device and head dim.
-template <int HEAD_DIM>
-bool combine_launches_early() {
-  constexpr int kDevices = 64;
-  static std::atomic<int> known[kDevices];  // 0: not asked yet, 1: no, 2: yes
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) {
-    cudaGetLastError();
-    return false;
-  }
-  int k = known[dev].load(std::memory_order_relaxed);
-  if (k == 0) {
-    cudaFuncAttributes a{};
-    const bool yes = autotune::current_device().cc_major >= 9 &&
-                     cudaFuncGetAttributes(&a, combine_kernel<HEAD_DIM>) == cudaSuccess && a.ptxVersion >= 90;
-    cudaGetLastError();  // a failed query leaves no error behind: the combine is then launched in order
-    k = yes ? 2 : 1;
-    known[dev].store(k, std::memory_order_relaxed);
-  }
-  return k == 2;
-}
-
 // Query heads per packed group: G, or 1 where N_q·G rows would pass the tile's 32-bit row range (a
 // long varlen call; decode calls are at most kMaxPackedRows).
 int pack_of(const AttentionParams& p) {
@@ -488,13 +461,14 @@ struct Launcher {
                               unsigned(std::min<int64_t>(bh, 65535)), unsigned(cdiv(bh, 65535)));
       // On sm_90 the combine is a programmatic dependent launch: started while the split kernel runs
       // (which allows it at its start), it waits in wait_for_prior_grid() for the partials. Only where
-      // its code has that wait (combine_launches_early).
+      // its code has that wait (early_launch_allowed, library/launch_limits.h).
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = combine_grid, cfg.blockDim = dim3(kCombineThreads), cfg.dynamicSmemBytes = 0, cfg.stream = stream;
       cudaLaunchAttribute early{};
       early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
       early.val.programmaticStreamSerializationAllowed = 1;
-      if (combine_launches_early<HEAD_DIM>()) cfg.attrs = &early, cfg.numAttrs = 1;
+      if (early_launch_allowed(reinterpret_cast<const void*>(combine_kernel<HEAD_DIM>)))
+        cfg.attrs = &early, cfg.numAttrs = 1;
       FA_CUDA_RETURN(cudaLaunchKernelEx(&cfg, combine_kernel<HEAD_DIM>, p, splits, row_warps,
                                         static_cast<const float*>(o_part), static_cast<const float*>(lse_part)));
     }

@@ -128,7 +128,6 @@ DeviceFacts query_device(int dev) {
   if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
     f.name = prop.name;
     f.sm_count = prop.multiProcessorCount;
-    f.cc_major = prop.major;
   }
   if (cudaDeviceGetAttribute(&f.max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
     f.max_smem_optin = 0;

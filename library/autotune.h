@@ -90,7 +90,6 @@ struct DeviceFacts {
   std::string name;        ///< e.g. "NVIDIA H200"
   int max_smem_optin = 0;  ///< opt-in dynamic shared memory per block, in bytes
   int sm_count = 0;        ///< streaming multiprocessors
-  int cc_major = 0;        ///< compute capability, major (9 on Hopper)
 };
 
 /// The facts of the current CUDA device; all empty or zero without one.

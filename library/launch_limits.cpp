@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "library/cuda_status.h"
 
@@ -34,6 +35,29 @@ Status opt_in_shared_memory(const void* kernel, int bytes) {
   std::lock_guard<std::mutex> lock(mu);
   done.insert(key);
   return Status::Ok();
+}
+
+bool early_launch_allowed(const void* kernel) {
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, bool> known;  // (device, kernel)
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  const auto key = std::make_pair(device, kernel);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+  }
+  int major = 0;
+  cudaFuncAttributes a{};
+  const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                   major >= 9 && cudaFuncGetAttributes(&a, kernel) == cudaSuccess && a.ptxVersion >= 90;
+  cudaGetLastError();  // a failed query leaves no error behind: the kernel is then launched in order
+  std::lock_guard<std::mutex> lock(mu);
+  known[key] = yes;
+  return yes;
 }
 
 Status resident_blocks(const void* kernel, int threads, int smem_bytes, int* blocks) {

@@ -32,6 +32,14 @@ constexpr int64_t kTileMaxBatchHeads = int64_t(65535) * 65535;
 /// More than the GPU gives one block is refused as Unsupported, with both numbers.
 Status opt_in_shared_memory(const void* kernel, int bytes);
 
+/// Whether `kernel` may be launched early, as a programmatic dependent launch
+/// (cudaLaunchAttributeProgrammaticStreamSerialization), on the current device: the GPU is sm_90
+/// or later and the kernel's code was compiled for sm_90 or later (its PTX version), so that its
+/// ptx::wait_for_prior_grid() is griddepcontrol.wait. A build without sm_90 code runs compute_80
+/// PTX on Hopper, JIT-compiled, with no wait: launched early, the kernel could read its
+/// predecessor's output while it is written. False when the query fails. Cached per device and kernel.
+bool early_launch_allowed(const void* kernel);
+
 /// How many blocks of `kernel` (with `threads` threads and `smem_bytes` of dynamic shared memory)
 /// the whole GPU runs at once: a persistent grid's size. Cached per device and configuration.
 Status resident_blocks(const void* kernel, int threads, int smem_bytes, int* blocks);

@@ -163,7 +163,9 @@ TEST(PersistentTiles, PackedSequencesRefoldedByTheirOwnTileCount) {
         ASSERT_GE(m, 0);
         ASSERT_LE(m, own);
         if (m < own) ++visits[size_t(m)];
-        if (own == m_tiles) EXPECT_EQ(m, work_tile(slot, m_tiles, true).m_tile);
+        if (own == m_tiles) {
+          EXPECT_EQ(m, work_tile(slot, m_tiles, true).m_tile);
+        }
       }
       for (int v : visits) ASSERT_EQ(v, 1) << "m_tiles " << m_tiles << " own " << own;
     }

@@ -134,7 +134,9 @@ inline void expect_varlen_matches(const std::vector<int32_t>& q_len, const std::
     ASSERT_EQ(o_bits[i], 0xFFFF) << "O written past its packed rows, element " << i;
   for (size_t i = 0; i < lse_all.size(); ++i) {
     const bool row_of_a_sequence = int64_t(i) < heads_q * call_q && int64_t(i) % call_q < total_q;
-    if (!row_of_a_sequence) ASSERT_TRUE(std::isnan(lse_all[i])) << "LSE written past its sequences, element " << i;
+    if (!row_of_a_sequence) {
+      ASSERT_TRUE(std::isnan(lse_all[i])) << "LSE written past its sequences, element " << i;
+    }
   }
 }
 
