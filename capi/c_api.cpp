@@ -57,8 +57,8 @@ constexpr size_t kVersion5Size = offsetof(fa_attention_params, cu_seqlens_q);
 std::string convert(const fa_attention_params* given, fa::AttentionParams& p) {
   if (!given) return "params is NULL";
   // struct_size first (version 3): a smaller one than version 5's is a caller built against another
-  // layout; version 5's lacks the varlen fields, zero here; a larger one is a later version's struct,
-  // taken only if the fields this library does not know are zero.
+  // layout; version 5's lacks the varlen fields and version 6's the append's, zero here; a larger
+  // one is a later version's struct, taken only if the fields this library does not know are zero.
   if (given->struct_size < kVersion5Size)
     return "struct_size is " + std::to_string(given->struct_size) + "; set it to sizeof(fa_attention_params), " +
            std::to_string(sizeof(fa_attention_params)) + " in this library (C interface version " +
@@ -114,6 +114,13 @@ std::string convert(const fa_attention_params* given, fa::AttentionParams& p) {
   p.cu_seqlens_kv = c->cu_seqlens_kv;
   p.total_q = c->total_q;
   p.total_kv = c->total_kv;
+  p.k_new = c->k_new;  // fa::validate judges the append's fields together
+  p.v_new = c->v_new;
+  p.k_new_stride = fa::Strides{c->new_strides[0][FA_AXIS_BATCH], c->new_strides[0][FA_AXIS_HEAD],
+                               c->new_strides[0][FA_AXIS_SEQ], c->new_strides[0][FA_AXIS_DIM]};
+  p.v_new_stride = fa::Strides{c->new_strides[1][FA_AXIS_BATCH], c->new_strides[1][FA_AXIS_HEAD],
+                               c->new_strides[1][FA_AXIS_SEQ], c->new_strides[1][FA_AXIS_DIM]};
+  p.seqlen_new = c->seqlen_new;
   return "";
 }
 

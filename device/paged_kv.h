@@ -59,6 +59,20 @@ __device__ __forceinline__ PagedKv paged_kv(const AttentionParams& p, int64_t b,
                  int(p.num_pages) - 1};
 }
 
+/// Where sequence b's key j starts (KV head 0) in call p's K and V, in elements: row j of batch
+/// entry b of a contiguous cache, or row j % page_size of page table[j / page_size] (clamped into
+/// the pool) of a paged one. For writes into the cache (step 32's append), one key at a time.
+struct CacheRow {
+  int64_t k, v;
+};
+__device__ __forceinline__ CacheRow cache_row(const AttentionParams& p, int64_t b, int64_t j) {
+  if (p.block_table == nullptr)
+    return CacheRow{b * p.k_stride.batch + j * p.k_stride.seq, b * p.v_stride.batch + j * p.v_stride.seq};
+  const PagedKv pages = paged_kv(p, b, 0);
+  const int64_t page = pages.clamped_page(pages.table_entry(int(j))), row = pages.row_in_page(int(j));
+  return CacheRow{page * pages.k_page + row * pages.k_row, page * pages.v_page + row * pages.v_row};
+}
+
 /// The pages of the rows a thread copies of a ROWS-row K/V tile, spread over the lanes that copy the
 /// same row: CopyPlan gives a row kChunks lanes and each lane a row per pass, so lane c of a row's
 /// kChunks holds the page of that lane group's row in pass c (kPasses <= kChunks). One register a

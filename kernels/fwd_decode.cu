@@ -50,6 +50,8 @@ using fa::ptx::cp_async_wait;
 
 constexpr int kWarpSize = 32;
 constexpr int kMmaRows = 16;
+constexpr int kAppendThreads = 128;            // the append: a block copies one new row at a time
+constexpr int64_t kAppendMaxBlocks = 1 << 16;  // ... striding over B·seqlen_new rows past this many
 
 // One kernel configuration: query rows per block, keys per K/V tile, K/V tiles in flight, 16-row
 // mma tiles per warp (step 28: 16 rows per warp at D = 128, where 32 spilled), and the warps that
@@ -131,7 +133,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
   if (m_start >= n_rows) return;  // varlen: a tile past a shorter sequence's queries
   // The sequence's keys (step 29): its own length when the call gives one per sequence, clamped to
   // the caches' capacity N_kv, and the causal diagonal aligned to it.
-  const int n_kv_all = params.seqlens_kv ? min(max(params.seqlens_kv[b], 0), int(params.seqlen_kv)) : kv_seq.length;
+  // With an append (step 32), seqlen_new more: the rows append_kernel wrote before this kernel.
+  const int n_kv_all =
+      params.seqlens_kv ? int(min(max(int64_t(params.seqlens_kv[b]) + params.seqlen_new, int64_t(0)), params.seqlen_kv))
+                        : kv_seq.length;
   const int64_t offset_all = sequence_causal_offset(params, n_q, n_kv_all);
   const bool causal = params.causal;
   // The tile's KV range is its queries' (CausalFlag's rule on query rows), split S ways; from the
@@ -410,6 +415,32 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (params.lse != nullptr && lane == 0) params.lse[lse_offset(params, b, h, q_seq, i, varlen)] = lse;
 }
 
+// Step 32's append: sequence b's new row r written as its key seqlens_kv[b] + r of K and V
+// (cache_row: contiguous or paged), every KV head, 16 bytes a thread; nothing for a sequence whose
+// rows would not fit. A grid-stride loop over the B·seqlen_new rows, one row a block at a time.
+__global__ void __launch_bounds__(kAppendThreads) append_kernel(const AttentionParams params) {
+  const int64_t n_new = params.seqlen_new, rows = params.batch * n_new;
+  const int chunks = int(params.head_dim) / 8, row_chunks = int(params.heads_kv) * chunks;
+  for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    const int64_t b = i / n_new, r = i % n_new, length = params.seqlens_kv[b];
+    if (length < 0 || length + n_new > params.seqlen_kv) continue;
+    const CacheRow at = cache_row(params, b, length + r);
+    const auto* k_src =
+        static_cast<const bf16*>(params.k_new) + b * params.k_new_stride.batch + r * params.k_new_stride.seq;
+    const auto* v_src =
+        static_cast<const bf16*>(params.v_new) + b * params.v_new_stride.batch + r * params.v_new_stride.seq;
+    auto* const k_dst = const_cast<bf16*>(static_cast<const bf16*>(params.k)) + at.k;
+    auto* const v_dst = const_cast<bf16*>(static_cast<const bf16*>(params.v)) + at.v;
+    for (int c = int(threadIdx.x); c < row_chunks; c += kAppendThreads) {
+      const int64_t h = c / chunks, d = int64_t(c % chunks) * 8;
+      *reinterpret_cast<uint4*>(k_dst + h * params.k_stride.head + d) =
+          *reinterpret_cast<const uint4*>(k_src + h * params.k_new_stride.head + d);
+      *reinterpret_cast<uint4*>(v_dst + h * params.v_stride.head + d) =
+          *reinterpret_cast<const uint4*>(v_src + h * params.v_new_stride.head + d);
+    }
+  }
+}
+
 // ---- the host side -----------------------------------------------------------------------------
 
 // Query heads per packed group: G, or 1 where N_q·G rows would pass the tile's 32-bit row range (a
@@ -447,6 +478,11 @@ struct Launcher {
     char* const base = static_cast<char*>(p.workspace);
     float* const o_part = splits > 1 ? reinterpret_cast<float*>(base + ws.o_partial) : nullptr;
     float* const lse_part = splits > 1 ? reinterpret_cast<float*>(base + ws.lse_partial) : nullptr;
+    if (p.k_new != nullptr) {  // the new rows first; the split kernel, next on the stream, reads them
+      append_kernel<<<unsigned(std::min<int64_t>(p.batch * p.seqlen_new, kAppendMaxBlocks)), kAppendThreads, 0,
+                      stream>>>(p);
+      FA_LAUNCH_RETURN();
+    }
     const int pack = pack_of(p);
     const int64_t groups = p.batch * (p.heads_q / pack);
     const dim3 grid(unsigned(cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * splits),

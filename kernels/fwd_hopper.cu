@@ -404,6 +404,7 @@ const Capabilities kCaps = [] {
   c.split_kv = true;                        // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   c.seqlens_kv = true;                      // ... and reads a length per sequence
   c.paged_kv = true;                        // ... a paged cache
+  c.kv_append = true;                       // appends to the cache in the call (the decode kernel)
   c.varlen = true;                          // packed sequences (cu_seqlens): decode-sized ones the decode
                                             // kernel, longer ones this one
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)

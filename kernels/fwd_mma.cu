@@ -214,6 +214,7 @@ const Capabilities kCaps = [] {
   c.seqlens_kv = true;  // ... and reads a length per sequence (kernels/fwd_decode.cu)
   c.paged_kv = true;    // ... a paged cache
   c.varlen = true;      // ... and packed sequences of any length (cu_seqlens)
+  c.kv_append = true;   // ... and appends to the cache in the call (k_new, v_new)
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
   return c;
 }();

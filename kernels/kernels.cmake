@@ -128,6 +128,7 @@ fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10
         ${CMAKE_SOURCE_DIR}/steps/29_ragged_kv_cache/tests/ragged_kv_cache_test.cpp
         ${CMAKE_SOURCE_DIR}/steps/30_paged_kv_cache/tests/paged_kv_cache_test.cpp
         ${CMAKE_SOURCE_DIR}/steps/31_varlen/tests/varlen_test.cpp
+        ${CMAKE_SOURCE_DIR}/steps/32_kv_append/tests/kv_append_test.cpp
         ${fa_backward_tests})
 
 # Step 16's rules (sm_90a alone): wgmma, TMA loads and stores, mbarriers, setmaxnreg, no mma.sync
@@ -141,6 +142,7 @@ fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16 SAME_
         ${CMAKE_SOURCE_DIR}/steps/29_ragged_kv_cache/tests/ragged_kv_cache_test.cpp
         ${CMAKE_SOURCE_DIR}/steps/30_paged_kv_cache/tests/paged_kv_cache_test.cpp
         ${CMAKE_SOURCE_DIR}/steps/31_varlen/tests/varlen_test.cpp
+        ${CMAKE_SOURCE_DIR}/steps/32_kv_append/tests/kv_append_test.cpp
         ${fa_backward_tests})
 
 # The backward's rules: step 23's (tensor cores, ldmatrix, cp.async, no local memory; on sm_90 dQ

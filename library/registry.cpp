@@ -62,12 +62,12 @@ std::vector<const StepInfo*> candidates() {
 }
 
 // Whether a step has every Part V option the call uses (a split, lengths per sequence, pages,
-// packed sequences). When no step takes a call, the refusal that explains it is the last one among
+// packed sequences, an append). When no step takes a call, the refusal that explains it is the last one among
 // those that do: step 00's "block_table must be null" says nothing about a call whose page size is
 // wrong.
 bool takes_options_of(const AttentionParams& p, const Capabilities& c) {
   return (p.num_splits <= 1 || c.split_kv) && (!p.seqlens_kv || c.seqlens_kv) && (!p.block_table || c.paged_kv) &&
-         (!p.cu_seqlens_q || c.varlen);
+         (!p.cu_seqlens_q || c.varlen) && (!p.k_new || c.kv_append);
 }
 
 // The refusal a choice among the candidates reports when none takes the call: the last (most

@@ -249,6 +249,29 @@ Status check_varlen(const AttentionParams& p, const Capabilities& caps) {
   return Status::Ok();
 }
 
+// Appending to the cache (Part V): both tensors or neither, a step that writes its caches, the
+// lengths the rows go after (seqlens_kv), and at least one and at most N_kv new rows. The tensors'
+// own checks (sizes, strides, overlaps) follow with the others' in validate_input.
+Status check_append(const AttentionParams& p, const Capabilities& caps) {
+  if (!p.k_new && !p.v_new) {
+    if (p.seqlen_new != 0) return fail("seqlen_new is for appending to the cache: set k_new and v_new, or zero it");
+    return Status::Ok();
+  }
+  if (!p.k_new || !p.v_new) return fail("appending to the cache needs both k_new and v_new");
+  if (!caps.kv_append)
+    return fail(
+        "this step reads the caches only: k_new and v_new must be null (appending in the call is Part V's, "
+        "step 32)");
+  if (!p.seqlens_kv)
+    return fail(
+        "appending to the cache needs seqlens_kv: sequence b's new rows are written after its "
+        "seqlens_kv[b] keys");
+  if (p.seqlen_new < 1 || p.seqlen_new > p.seqlen_kv)
+    return fail("seqlen_new must be in [1, N_kv = " + std::to_string(p.seqlen_kv) + "] with k_new (got " +
+                std::to_string(p.seqlen_new) + ")");
+  return Status::Ok();
+}
+
 // The launch limits of the step's kernels: the same numbers its launcher obeys.
 Status check_launch_limits(const AttentionParams& p, const Capabilities& caps) {
   if (caps.max_seqlen > 0 && (p.seqlen_q > caps.max_seqlen || p.seqlen_kv > caps.max_seqlen))
@@ -330,6 +353,7 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
 
   if (Status st = check_paged(p, caps); !st.ok()) return st;
   if (Status st = check_varlen(p, caps); !st.ok()) return st;
+  if (Status st = check_append(p, caps); !st.ok()) return st;
   auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
     return call_tensor(p, name, ptr, q_side, s);
   };
@@ -424,6 +448,34 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
       return fail("block_table overlaps o, lse or the workspace: the call writes those while it reads the table");
   }
 
+  // The new rows: (B, H_kv, seqlen_new, D) tensors read while the caches, O, the LSE and the
+  // workspace are written; the caches, written, must not write one element twice or into each other.
+  if (p.k_new) {
+    const Tensor caches[2] = {k, v};
+    for (const Tensor& c : caches)
+      if (Status st = check_no_self_overlap(c); !st.ok()) return st;
+    if (overlaps(p.k, k_bytes, p.v, v_bytes))
+      return fail("k and v overlap: appending writes both caches, which must not share a byte");
+    const Strides* strides[2] = {&p.k_new_stride, &p.v_new_stride};
+    const void* ptrs[2] = {p.k_new, p.v_new};
+    const char* names[2] = {"k_new", "v_new"};
+    for (int i = 0; i < 2; ++i) {
+      const Strides& st = *strides[i];
+      const Tensor t{
+          names[i], ptrs[i], {p.batch, p.heads_kv, p.seqlen_new, p.head_dim}, {st.batch, st.head, st.seq, st.dim}};
+      if (Status r = check_sizes(t); !r.ok()) return r;
+      if (Status r = check_strides(t, false, caps); !r.ok()) return r;
+      if (!aligned(t.ptr, 16)) return fail(std::string(t.name) + " must be 16-byte aligned");
+      const u128 bytes = extent_bytes(t, kElementBytes);
+      if (Status r = check_address_range(t.name, t.ptr, bytes); !r.ok()) return r;
+      if (overlaps(t.ptr, bytes, p.k, k_bytes) || overlaps(t.ptr, bytes, p.v, v_bytes) ||
+          overlaps(t.ptr, bytes, p.o, o_bytes) || (p.lse && overlaps(t.ptr, bytes, p.lse, lse_bytes)) ||
+          (p.workspace && overlaps(t.ptr, bytes, p.workspace, u128(p.workspace_bytes))))
+        return fail(std::string(t.name) +
+                    " overlaps k, v, o, lse or the workspace: the call writes those while it reads the new rows");
+    }
+  }
+
   // Launch limits of the step's kernels, here rather than in its launcher, so that fa_validate
   // accepts exactly what forward accepts.
   return check_launch_limits(p, caps);
@@ -450,8 +502,10 @@ Status validate_backward(const BackwardParams& bp, const Capabilities& caps) {
   if (bp.deterministic && !caps.deterministic_backward)
     return fail("this step's backward has no deterministic mode (its dQ atomics race); a later step adds it");
   // Part V's per-sequence options are the forward's: the backward reads every sequence whole.
-  if (p.seqlens_kv || p.block_table || p.cu_seqlens_q || p.cu_seqlens_kv)
-    return fail("the backward takes no seqlens_kv, block_table or cu_seqlens (they are the forward's, for inference)");
+  if (p.seqlens_kv || p.block_table || p.cu_seqlens_q || p.cu_seqlens_kv || p.k_new || p.v_new)
+    return fail(
+        "the backward takes no seqlens_kv, block_table, cu_seqlens, k_new or v_new (they are the forward's, for "
+        "inference)");
   if (Status st = validate_input(p, caps); !st.ok()) return st;
   auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
     return call_tensor(p, name, ptr, q_side, s);

@@ -41,6 +41,9 @@ REQUIRED = [
     # Part III
     "wgmma-read-before-wait", "missing-proxy-fence", "mbarrier-phase-parity",
     "producer-overwrites-stage", "setmaxnreg-ignored", "consumer-releases-early",
+    # Part V
+    "combine-without-empty-guard", "paged-lookup-one-tile-behind", "varlen-load-past-sequence",
+    "append-past-seqlens",
 ]
 
 PATCH_RE = re.compile(r"steps/(\d\d)_\w+/bugs/[\w-]+\.patch")

@@ -44,7 +44,9 @@ extern "C" {
 /// `page_size` and `num_pages` (zero: K and V are (B, H_kv, N_kv, D) tensors, as before). Version 6
 /// grows the struct at its end with the varlen `cu_seqlens_q`, `cu_seqlens_kv`, `total_q` and
 /// `total_kv`; a version-5 struct (its `struct_size` smaller) is still taken, those fields zero.
-#define FA_C_API_VERSION 6
+/// Version 7 grows it again with the append's `k_new`, `v_new`, `new_strides` and `seqlen_new`
+/// (flash_attn_with_kvcache's k and v); version-5 and version-6 structs are still taken.
+#define FA_C_API_VERSION 7
 
 /// @brief The step argument that asks the library to choose: the fastest kernel this GPU runs that
 /// accepts the call: the production kernels first (101 on Hopper, 100 on mma.sync), then the steps,
@@ -155,6 +157,18 @@ typedef struct fa_attention_params {
   const int32_t* cu_seqlens_kv;  ///< B + 1 offsets of the sequences' keys (rows of K and V)
   int64_t total_q;               ///< rows of Q and O (with cu_seqlens_q)
   int64_t total_kv;              ///< rows of K and V (with cu_seqlens_kv)
+
+  /// Appending to the cache (flash_attn_with_kvcache's k and v, version 7): seqlen_new new rows per
+  /// sequence, (B, H_kv, seqlen_new, D) tensors with strides new_strides[0] (keys) and
+  /// new_strides[1] (values), indexed by `FA_AXIS_*`, written into K and V as sequence b's keys
+  /// seqlens_kv[b] .. seqlens_kv[b] + seqlen_new − 1 (through the block table when paged) before the
+  /// attention reads them, which then covers seqlens_kv[b] + seqlen_new keys. Needs seqlens_kv (not
+  /// changed by the call). A sequence whose rows would not fit (seqlens_kv[b] < 0 or seqlens_kv[b] +
+  /// seqlen_new > seqlen_kv) gets nothing written. NULL (and seqlen_new zero): nothing appended.
+  const void* k_new;
+  const void* v_new;          ///< the new values
+  int64_t new_strides[2][4];  ///< strides of k_new [0] and v_new [1], in elements
+  int64_t seqlen_new;         ///< new rows per sequence
 } fa_attention_params;
 
 /// @brief `FA_C_API_VERSION` of the loaded library.

@@ -118,6 +118,20 @@ struct AttentionParams {
   const int32_t* cu_seqlens_kv = nullptr;  ///< B + 1 offsets of the sequences' keys (rows of K and V)
   int64_t total_q = 0;                     ///< rows of the packed Q and O (with cu_seqlens_q)
   int64_t total_kv = 0;                    ///< rows of the packed K and V (with cu_seqlens_kv)
+  /// Appending to the cache (Part V, flash-attn's `k` and `v` of flash_attn_with_kvcache):
+  /// seqlen_new new keys and values per sequence, (B, seqlen_new, H_kv, D) through k_new_stride and
+  /// v_new_stride, written by the call into K and V as sequence b's keys seqlens_kv[b] ..
+  /// seqlens_kv[b] + seqlen_new − 1 (through the block table when paged) before they are read; the
+  /// attention then covers seqlens_kv[b] + seqlen_new keys. K and V are written: with k_new they are
+  /// the caches, not read-only inputs. Needs seqlens_kv (the lengths before the append; the call does
+  /// not change them). A sequence whose new rows would not fit, seqlens_kv[b] < 0 or seqlens_kv[b] +
+  /// seqlen_new > seqlen_kv, gets nothing written (its length is then clamped as always). Only steps
+  /// whose Capabilities::kv_append is set accept it; nullptr: nothing is appended.
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;  ///< the new values, (B, seqlen_new, H_kv, D) with `v_new_stride`
+  Strides k_new_stride;         ///< strides of k_new in elements
+  Strides v_new_stride;         ///< strides of v_new in elements
+  int64_t seqlen_new = 0;       ///< new keys per sequence (with k_new)
 
   /// @brief The scale actually used: `softmax_scale`, or 1/sqrt(D) when it is zero.
   float effective_scale() const {

@@ -20,7 +20,7 @@ OK, ERROR_INVALID, ERROR_UNSUPPORTED, ERROR_RUNTIME = 0, 1, 2, 3
 CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1
 DTYPE_BF16 = 0
 STEP_AUTO = -1  # FA_STEP_AUTO: the library chooses the kernel
-API_VERSION = 6  # FA_C_API_VERSION this module was written against
+API_VERSION = 7  # FA_C_API_VERSION this module was written against
 # The most query rows per KV head (N_q·H_q/H_kv) the library's decode kernel takes
 # (library/split_kv.h's kDecodeMaxPackedRows): a call with more never gets a split workspace.
 DECODE_MAX_PACKED_ROWS = 64
@@ -72,6 +72,8 @@ class Params(ctypes.Structure):
         ("num_pages", ctypes.c_int64),
         ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_kv", ctypes.c_void_p), ("total_q", ctypes.c_int64),
         ("total_kv", ctypes.c_int64),
+        ("k_new", ctypes.c_void_p), ("v_new", ctypes.c_void_p), ("new_strides", (ctypes.c_int64 * 4) * 2),
+        ("seqlen_new", ctypes.c_int64),
     ]
 
 
@@ -180,7 +182,7 @@ assert all(getattr(Params, f).offset == o for f, o in (("q", 8), ("batch", 48), 
                                                         ("softmax_scale", 224), ("dtype", 236), ("workspace", 240),
                                                         ("num_splits", 256), ("seqlens_kv", 264), ("block_table", 272),
                                                         ("num_pages", 296), ("cu_seqlens_q", 304),
-                                                        ("total_kv", 328)))
+                                                        ("total_kv", 328), ("k_new", 336), ("seqlen_new", 416)))
 
 
 def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q: int, heads_kv: int,

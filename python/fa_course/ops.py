@@ -461,17 +461,19 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     page_block_size, H_kv, D), the page size a power of two, and sequence b's key j is row
     j % page_block_size of block block_table[b, j // page_block_size]; the capacity is
     max_blocks_per_sequence · page_block_size. With k and v (B, N_new, H_kv, D) the new
-    tokens are first written into the caches at rows cache_seqlens[b] .. + N_new (in place), and
-    attention sees them too. `causal` is aligned bottom-right to each sequence's length. Inference
+    tokens are written into the caches at rows cache_seqlens[b] .. + N_new (in place, by the same
+    library call, before its attention reads them), and attention sees them too; cache_seqlens is
+    not changed (the caller advances it, as in flash-attn). `causal` is aligned bottom-right to each sequence's length. Inference
     only (no gradient), bf16, on the library's decode kernel: at most 64 query rows per KV head
     (N_q·H_q/H_kv), head dim 64 or 128; its split workspace comes from PyTorch's allocator
     (num_splits: 0 lets the library choose). Returns out, or (out, softmax_lse) with
     return_softmax_lse=True (fp32, (B, H_q, N_q)).
 
     Refused with NotImplementedError: rotary embeddings, cache_batch_idx, cache_leftpad, window_size,
-    softcap, alibi_slopes. The append is PyTorch indexing before the
-    kernel, not fused into it; outside a CUDA graph it refuses (writing nothing) a sequence whose new
-    tokens would pass the capacity, inside one that is the caller's to avoid, as in flash-attn."""
+    softcap, alibi_slopes. Outside a CUDA graph a sequence whose new tokens would pass the capacity,
+    or whose block table names pages outside the pool for them, is refused with nothing written;
+    inside one the library writes nothing for such a sequence (it cannot raise there), as flash-attn
+    leaves it to the caller."""
     fn = "flash_attn_with_kvcache"
     for name, given in (("rotary embeddings (rotary_cos, rotary_sin)", rotary_cos is not None or rotary_sin is not None),
                         ("cache_batch_idx", cache_batch_idx is not None), ("cache_leftpad", cache_leftpad is not None),
@@ -504,26 +506,23 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         seqlens = cache_seqlens.to(torch.int32)
     if k is not None:
         for name, t in (("k", k), ("v", v)):
-            if t.dim() != 4 or t.shape[0] != b or t.shape[2:] != k_cache.shape[2:] or t.dtype != k_cache.dtype:
+            if t.dim() != 4 or t.shape[0] != b or t.shape[2:] != k_cache.shape[2:] or t.dtype != k_cache.dtype \
+                    or t.device != q.device:
                 raise ValueError(f"fa_course.{fn}: {name} must be (B, N_new, H_kv, D) = ({b}, N_new, "
-                                 f"{k_cache.shape[2]}, {k_cache.shape[3]}) in {k_cache.dtype}, got "
-                                 f"{tuple(t.shape)} {t.dtype}")
+                                 f"{k_cache.shape[2]}, {k_cache.shape[3]}) in {k_cache.dtype} on {q.device}, got "
+                                 f"{tuple(t.shape)} {t.dtype} on {t.device}")
         n_new = k.shape[1]
         if not torch.cuda.is_current_stream_capturing():
             if bool((seqlens < 0).any()) or bool((seqlens.long() + n_new > capacity).any()):
                 raise ValueError(f"fa_course.{fn}: appending {n_new} tokens needs 0 <= cache_seqlens and "
                                  f"cache_seqlens + {n_new} <= the caches' capacity ({capacity}); got "
                                  f"{seqlens.tolist()}; nothing was written")
-        rows = seqlens.long()[:, None] + torch.arange(n_new, device=q.device)  # (B, N_new)
-        if paged:  # key j: row j % page_size of page block_table[b, j // page_size]
-            batch, rows = block_table.long().gather(1, rows // page_size), rows % page_size
-            if not torch.cuda.is_current_stream_capturing() and \
-                    bool(((batch < 0) | (batch >= k_cache.shape[0])).any()):
-                raise ValueError(f"fa_course.{fn}: block_table names pages outside the pool's {k_cache.shape[0]} "
-                                 "for the new tokens; nothing was written")
-        else:
-            batch = torch.arange(b, device=q.device)[:, None].expand_as(rows)
-        seqlens = seqlens + n_new
+            if paged:  # the new keys' pages: block_table[b, j // page_size] for j in the new rows
+                rows = seqlens.long()[:, None] + torch.arange(n_new, device=q.device)  # (B, N_new)
+                pages = block_table.long().gather(1, rows // page_size)
+                if bool(((pages < 0) | (pages >= k_cache.shape[0])).any()):
+                    raise ValueError(f"fa_course.{fn}: block_table names pages outside the pool's "
+                                     f"{k_cache.shape[0]} for the new tokens; nothing was written")
     seqlens = seqlens.contiguous()
     b_, n_q, h_q, d = q.shape
     o = torch.empty((b_, n_q, h_q, d), dtype=q.dtype, device=q.device)
@@ -536,17 +535,17 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if paged:  # K and V strides are a page's (_strides: between pages, heads, a page's rows)
         p.seqlen_kv, p.block_table, p.block_table_stride = capacity, block_table.data_ptr(), block_table.stride(0)
         p.page_size, p.num_pages = page_size, k_cache.shape[0]
+    if k is not None:  # the append, by the library in the same call (new_strides: batch, head, row, dim)
+        p.k_new, p.v_new, p.seqlen_new = k.data_ptr(), v.data_ptr(), n_new
+        for i, t in enumerate((k, v)):
+            p.new_strides[i][0], p.new_strides[i][1] = t.stride(0), t.stride(2)
+            p.new_strides[i][2], p.new_strides[i][3] = t.stride(1), t.stride(3)
     p.num_splits = int(num_splits)
     workspace = None
     nbytes = _capi.forward_workspace_size(p)
     if nbytes and num_splits != 1:
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
         p.workspace, p.workspace_bytes = workspace.data_ptr(), nbytes
-    with torch.cuda.device(q.device):
-        if k is not None:  # the call is judged before the caches change: a refused call writes nothing
-            if (err := _capi.validate(_capi.STEP_AUTO, p)) is not None:
-                raise err
-            k_cache[batch, rows] = k
-            v_cache[batch, rows] = v
+    with torch.cuda.device(q.device):  # a refused call (validated before anything runs) writes nothing
         _capi.forward(_capi.STEP_AUTO, p, _stream(q.device.index))
     return (o, lse) if return_softmax_lse else o

@@ -178,6 +178,45 @@ TEST(CApi, VarlenFieldsReachValidation) {
   EXPECT_NE(std::string(err).find("total_q and total_kv"), std::string::npos) << err;
 }
 
+// Version 7's append: refused by a step that only reads its caches, taken by step 32 with the
+// lengths it appends after; without them, with one tensor of two, or no rows, refused by name.
+TEST(CApi, AppendFieldsReachValidation) {
+  char err[256] = {};
+  fa_attention_params p = valid_params();
+  p.seqlen_q = 1;  // a decode call: one query row per sequence
+  p.seqlens_kv = static_cast<const int32_t*>(stand_in(9));
+  p.k_new = stand_in(10);
+  p.v_new = stand_in(11);
+  p.seqlen_new = 1;
+  for (int i = 0; i < 2; ++i) {
+    p.new_strides[i][FA_AXIS_BATCH] = 4 * 64;
+    p.new_strides[i][FA_AXIS_HEAD] = 64;
+    p.new_strides[i][FA_AXIS_SEQ] = 4 * 64;
+    p.new_strides[i][FA_AXIS_DIM] = 1;
+  }
+  EXPECT_EQ(fa_validate(31, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("k_new and v_new must be null"), std::string::npos) << err;
+  EXPECT_EQ(fa_validate(32, &p, err, sizeof err), FA_OK) << err;
+  p.seqlens_kv = nullptr;
+  EXPECT_EQ(fa_validate(32, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("appending to the cache needs seqlens_kv"), std::string::npos) << err;
+  p.seqlens_kv = static_cast<const int32_t*>(stand_in(9));
+  p.v_new = nullptr;
+  EXPECT_EQ(fa_validate(32, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("both k_new and v_new"), std::string::npos) << err;
+  p.v_new = stand_in(11);
+  p.seqlen_new = 0;
+  EXPECT_EQ(fa_validate(32, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("seqlen_new must be in [1"), std::string::npos) << err;
+  p.seqlen_new = 1;
+  p.k_new = p.o;  // read while O is written
+  EXPECT_EQ(fa_validate(32, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("k_new overlaps"), std::string::npos) << err;
+  p.k_new = nullptr, p.v_new = nullptr;  // nothing to append, yet a row count
+  EXPECT_EQ(fa_validate(32, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("seqlen_new is for appending"), std::string::npos) << err;
+}
+
 TEST(CApi, UnsupportedHeadDimIsRefusedWithWhatIsSupported) {
   fa_attention_params p = valid_params(96);
   for (int t = 0; t < 4; ++t) EXPECT_EQ(p.strides[t][FA_AXIS_SEQ], 96);
@@ -313,10 +352,10 @@ TEST(CApi, EveryStepRefusesAnOutputWhoseRowsOverlap) {
 }
 
 // Version 3's struct_size: unset or smaller than version 5's (a caller built against another layout)
-// is invalid; version 5's is taken without the varlen fields; a larger struct (a later version's) is
-// taken when the fields this library does not know are zero.
+// is invalid; version 5's is taken without the varlen fields, version 6's without the append's; a
+// larger struct (a later version's) is taken when the fields this library does not know are zero.
 TEST(CApi, StructSizeComesFirstAndGuardsTheLayout) {
-  EXPECT_EQ(FA_C_API_VERSION, 6);
+  EXPECT_EQ(FA_C_API_VERSION, 7);
   EXPECT_EQ(offsetof(fa_attention_params, struct_size), 0u);
   char err[256] = {};
   fa_attention_params p = valid_params();
@@ -334,6 +373,13 @@ TEST(CApi, StructSizeComesFirstAndGuardsTheLayout) {
     EXPECT_EQ(fa_validate(first_step_number(), &v5, err, sizeof err), FA_OK) << err;
     v5.struct_size -= 8;  // smaller than any version this library takes
     EXPECT_EQ(fa_validate(first_step_number(), &v5, err, sizeof err), FA_ERROR_INVALID);
+  }
+  {  // version 6's ends before the append's fields
+    fa_attention_params v6 = valid_params();
+    std::memset(reinterpret_cast<char*>(&v6) + offsetof(fa_attention_params, k_new), 0xAB,
+                sizeof v6 - offsetof(fa_attention_params, k_new));
+    v6.struct_size = offsetof(fa_attention_params, k_new);
+    EXPECT_EQ(fa_validate(first_step_number(), &v6, err, sizeof err), FA_OK) << err;
   }
   struct Later {
     fa_attention_params p;
