@@ -367,6 +367,20 @@ __global__ void __launch_bounds__(kCombineThreads)
   ptx::wait_for_prior_grid();  // launched early (sm_90): the partials are complete from here on
   float acc[8] = {};
   float lse = -INFINITY;
+  // This lane's chunk of its first kPrefetch splits' partial O, loaded before the LSEs: the two
+  // round trips to L2 (the LSEs, then the partials they weigh) overlap instead of following each
+  // other. The rest, past kPrefetch splits a lane group (S > 32 at D = 128), load in the loop.
+  constexpr int kPrefetch = 2;
+  const int col = lane * 8, step = row_warps * GROUPS, first = wr * GROUPS + group;
+  float4 pre[kPrefetch][2];
+#pragma unroll
+  for (int k = 0; k < kPrefetch; ++k) {
+    const int s = first + k * step;
+    if (valid && s < splits) {
+      const float4* src = reinterpret_cast<const float4*>(o_part + (s * rows + row) * HEAD_DIM + col);
+      pre[k][0] = src[0], pre[k][1] = src[1];
+    }
+  }
   if (valid) {  // whole warps: no shuffle left behind
     float m = -INFINITY;
     for (int s = t; s < splits; s += 32) m = fmaxf(m, lse_part[s * rows + row]);
@@ -380,11 +394,18 @@ __global__ void __launch_bounds__(kCombineThreads)
     lse = m == -INFINITY ? -INFINITY : m + logf(sum);
     for (int s = t; s < splits; s += 32) weights[warp][s] = split_weight(lse_part[s * rows + row], lse);
     __syncwarp();
-    const int col = lane * 8, step = row_warps * GROUPS;
-    for (int s = wr * GROUPS + group; s < splits; s += step) {  // an empty split's O_s is 0 and weighs 0
+    int k = 0;
+    for (int s = first; s < splits; s += step, ++k) {  // an empty split's O_s is 0 and weighs 0
       const float w = weights[warp][s];
-      const float4* src = reinterpret_cast<const float4*>(o_part + (s * rows + row) * HEAD_DIM + col);
-      const float4 x = src[0], y = src[1];
+      float4 x, y;
+      if (k < kPrefetch) {
+#pragma unroll
+        for (int j = 0; j < kPrefetch; ++j)  // constant indices: pre stays in registers
+          if (j == k) x = pre[j][0], y = pre[j][1];
+      } else {
+        const float4* src = reinterpret_cast<const float4*>(o_part + (s * rows + row) * HEAD_DIM + col);
+        x = src[0], y = src[1];
+      }
       acc[0] = fmaf(w, x.x, acc[0]), acc[1] = fmaf(w, x.y, acc[1]), acc[2] = fmaf(w, x.z, acc[2]);
       acc[3] = fmaf(w, x.w, acc[3]), acc[4] = fmaf(w, y.x, acc[4]), acc[5] = fmaf(w, y.y, acc[5]);
       acc[6] = fmaf(w, y.z, acc[6]), acc[7] = fmaf(w, y.w, acc[7]);
@@ -407,7 +428,6 @@ __global__ void __launch_bounds__(kCombineThreads)
       }
   }
   if (!valid || wr != 0 || group != 0) return;
-  const int col = lane * 8;
   bf16* const o_row = static_cast<bf16*>(params.o) + sequence_offset(params.o_stride, b, q_seq, varlen) +
                       h * params.o_stride.head + i * params.o_stride.seq;
   *reinterpret_cast<uint4*>(o_row + col) = uint4{ptx::pack_bf16x2(acc[0], acc[1]), ptx::pack_bf16x2(acc[2], acc[3]),

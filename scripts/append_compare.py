@@ -5,9 +5,11 @@ One decode step of flash_attn_with_kvcache, GQA 32/8, D = 128, one new token per
 a cache of --length keys (capacity --length + 64), B in --batches, timed two ways each:
 
   in-call   fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens): the
-            library writes k and v at each length and attends (step 32's append kernel);
-  torch     the package's former path: the capacity check, the rows' index computation and two
-            scatters in PyTorch, then the call on cache_seqlens + 1 without k and v.
+            library writes k and v at each length and attends (step 32's append kernel), after the
+            package's check of the lengths (one copy to the host, one synchronisation);
+  unchecked the same with check_cache_seqlens=False (no synchronisation: a serving engine's call);
+  torch     the package's former path: the capacity check (two synchronisations), the rows' index
+            computation and two scatters in PyTorch, then the call on cache_seqlens + 1 without k, v.
 
   host loop: --iters calls back to back, then one synchronisation: µs per call as a model's decode
             loop sees it (bound by the host at small batch);
@@ -54,6 +56,10 @@ def main():
         def in_call():
             return fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens)
 
+        def unchecked():
+            return fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens,
+                                                     check_cache_seqlens=False)
+
         def torch_append():
             if not torch.cuda.is_current_stream_capturing():
                 if bool((seqlens < 0).any()) or bool((seqlens.long() + 1 > cap).any()):
@@ -75,7 +81,7 @@ def main():
             if not same:
                 sys.exit(f"B = {b}: the in-call append and PyTorch's differ")
             res = {}
-            for label, fn in (("in-call", in_call), ("torch", torch_append)):
+            for label, fn in (("in-call", in_call), ("unchecked", unchecked), ("torch", torch_append)):
                 for _ in range(20):
                     fn()
                 torch.cuda.synchronize()
@@ -103,8 +109,8 @@ def main():
                 res[label] = (statistics.median(host), statistics.median(gpu))
                 del graph
         rows.append((b, res))
-        print(f"B = {b}: in-call host {res['in-call'][0]:.1f} us, graph {res['in-call'][1]:.1f} us; "
-              f"torch host {res['torch'][0]:.1f} us, graph {res['torch'][1]:.1f} us", flush=True)
+        print(f"B = {b}: " + "; ".join(f"{k} host {h:.1f} us, graph {g_:.1f} us" for k, (h, g_) in res.items()),
+              flush=True)
     gpu_name = torch.cuda.get_device_name().replace(" ", "_")
     commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                            text=True).stdout.strip()
@@ -117,11 +123,11 @@ def main():
              "CUDA graph (the GPU alone). The two paths give the same output and caches bit for bit.", "",
              f"Command: `python3 scripts/append_compare.py --batches {args.batches} --length {args.length} "
              f"--commit {commit}`", "",
-             "| B | in-call, host loop | torch, host loop | ÷ | in-call, graph | torch, graph | ÷ |",
-             "|---|---|---|---|---|---|---|"]
+             "| B | host loop: in-call | unchecked | torch | torch ÷ in-call | graph: in-call | torch | torch ÷ in-call |",
+             "|---|---|---|---|---|---|---|---|"]
     for b, r in rows:
-        (ih, ig), (th, tg) = r["in-call"], r["torch"]
-        lines.append(f"| {b} | {ih:.1f} | {th:.1f} | {th / ih:.2f} | {ig:.1f} | {tg:.1f} | {tg / ig:.2f} |")
+        (ih, ig), (uh, _), (th, tg) = r["in-call"], r["unchecked"], r["torch"]
+        lines.append(f"| {b} | {ih:.1f} | {uh:.1f} | {th:.1f} | {th / ih:.2f} | {ig:.1f} | {tg:.1f} | {tg / ig:.2f} |")
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"{args.name}_{gpu_name}.md")
     with open(path, "w", encoding="utf-8") as f:

@@ -453,7 +453,8 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             rotary_sin=None, cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,
                             block_table=None, softmax_scale: Optional[float] = None, causal: bool = False,
                             window_size=(-1, -1), softcap: float = 0.0, rotary_interleaved: bool = True,
-                            alibi_slopes=None, num_splits: int = 0, return_softmax_lse: bool = False):
+                            alibi_slopes=None, num_splits: int = 0, return_softmax_lse: bool = False, *,
+                            check_cache_seqlens: bool = True):
     """flash-attn's `flash_attn_with_kvcache`, same names, order and layout, for decoding: q (B, N_q,
     H_q, D); k_cache and v_cache (B, capacity, H_kv, D), sequence b's first cache_seqlens[b] rows in
     use (an int: every sequence; None: the whole capacity). With block_table (int32, (B,
@@ -470,10 +471,13 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     return_softmax_lse=True (fp32, (B, H_q, N_q)).
 
     Refused with NotImplementedError: rotary embeddings, cache_batch_idx, cache_leftpad, window_size,
-    softcap, alibi_slopes. Outside a CUDA graph a sequence whose new tokens would pass the capacity,
-    or whose block table names pages outside the pool for them, is refused with nothing written;
-    inside one the library writes nothing for such a sequence (it cannot raise there), as flash-attn
-    leaves it to the caller."""
+    softcap, alibi_slopes. With k and v, outside a CUDA graph, the lengths (and with a block table the
+    new tokens' pages) are checked first, in one copy to the host (one synchronisation): a sequence
+    whose new tokens would pass the capacity, or whose table names pages outside the pool for them,
+    raises ValueError with nothing written. Inside a graph, or with check_cache_seqlens=False (a
+    caller whose lengths are right by construction, as a serving engine's), they are the caller's to
+    get right, as in flash-attn: the library writes nothing for such a sequence and clamps its pages
+    into the pool, never writing outside the caches."""
     fn = "flash_attn_with_kvcache"
     for name, given in (("rotary embeddings (rotary_cos, rotary_sin)", rotary_cos is not None or rotary_sin is not None),
                         ("cache_batch_idx", cache_batch_idx is not None), ("cache_leftpad", cache_leftpad is not None),
@@ -512,17 +516,22 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                                  f"{k_cache.shape[2]}, {k_cache.shape[3]}) in {k_cache.dtype} on {q.device}, got "
                                  f"{tuple(t.shape)} {t.dtype} on {t.device}")
         n_new = k.shape[1]
-        if not torch.cuda.is_current_stream_capturing():
-            if bool((seqlens < 0).any()) or bool((seqlens.long() + n_new > capacity).any()):
+        if check_cache_seqlens and not torch.cuda.is_current_stream_capturing():
+            # The lengths, and the new keys' pages (block_table[b, j // page_size]), in one copy to
+            # the host: one synchronisation, where a check per condition on the GPU costs one each.
+            parts = [seqlens.long()]
+            if paged:
+                rows = (parts[0][:, None] + torch.arange(n_new, device=q.device)).clamp(0, capacity - 1)
+                parts.append(block_table.long().gather(1, rows // page_size).flatten())
+            host = torch.cat(parts).cpu()
+            lens = host[:b]
+            if bool((lens < 0).any()) or bool((lens + n_new > capacity).any()):
                 raise ValueError(f"fa_course.{fn}: appending {n_new} tokens needs 0 <= cache_seqlens and "
                                  f"cache_seqlens + {n_new} <= the caches' capacity ({capacity}); got "
-                                 f"{seqlens.tolist()}; nothing was written")
-            if paged:  # the new keys' pages: block_table[b, j // page_size] for j in the new rows
-                rows = seqlens.long()[:, None] + torch.arange(n_new, device=q.device)  # (B, N_new)
-                pages = block_table.long().gather(1, rows // page_size)
-                if bool(((pages < 0) | (pages >= k_cache.shape[0])).any()):
-                    raise ValueError(f"fa_course.{fn}: block_table names pages outside the pool's "
-                                     f"{k_cache.shape[0]} for the new tokens; nothing was written")
+                                 f"{lens.tolist()}; nothing was written")
+            if paged and bool(((host[b:] < 0) | (host[b:] >= k_cache.shape[0])).any()):
+                raise ValueError(f"fa_course.{fn}: block_table names pages outside the pool's "
+                                 f"{k_cache.shape[0]} for the new tokens; nothing was written")
     seqlens = seqlens.contiguous()
     b_, n_q, h_q, d = q.shape
     o = torch.empty((b_, n_q, h_q, d), dtype=q.dtype, device=q.device)

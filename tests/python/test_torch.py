@@ -383,6 +383,32 @@ def test_flash_attn_with_kvcache_refuses_what_it_does_not_have():
     assert torch.equal(k_cache, before)
 
 
+def test_flash_attn_with_kvcache_unchecked_writes_nothing_for_a_sequence_that_does_not_fit():
+    """check_cache_seqlens=False (a serving engine's lengths, right by construction) skips the host's
+    check; a sequence whose new token would pass the capacity then gets nothing written by the
+    library, and the others are appended and attended as usual."""
+    b, cap, h_q, h_kv, d = 2, 64, 4, 2, 64
+    g = torch.Generator(device=DEV).manual_seed(61)
+    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
+    k_cache, v_cache = rnd(b, cap, h_kv, d), rnd(b, cap, h_kv, d)
+    q, k, v = rnd(b, 1, h_q, d), rnd(b, 1, h_kv, d), rnd(b, 1, h_kv, d)
+    before_k, before_v = k_cache.clone(), v_cache.clone()
+    seqlens = torch.tensor([10, cap], dtype=torch.int32, device=DEV)  # the second is full
+    with pytest.raises(ValueError, match="nothing was written"):
+        fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens)
+    assert torch.equal(k_cache, before_k) and torch.equal(v_cache, before_v)
+    out = fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens,
+                                           check_cache_seqlens=False)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(k_cache[0, 10], k[0, 0], rtol=0, atol=0)
+    torch.testing.assert_close(v_cache[0, 10], v[0, 0], rtol=0, atol=0)
+    k_cache[0, 10], v_cache[0, 10] = before_k[0, 10], before_v[0, 10]
+    assert torch.equal(k_cache, before_k) and torch.equal(v_cache, before_v), "a row not appended was written"
+    k_cache[0, 10], v_cache[0, 10] = k[0, 0], v[0, 0]
+    close(out[0:1], reference(q[0:1], k_cache[0:1, :11], v_cache[0:1, :11]))
+    close(out[1:2], reference(q[1:2], k_cache[1:2], v_cache[1:2]))  # the full sequence: its cache as it was
+
+
 def test_bad_inputs_raise_with_the_librarys_message():
     q, k, v = inputs(1, 64, 64, 4, 4, 64)
     with pytest.raises(ValueError, match="bfloat16"):
