@@ -114,6 +114,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
   // while these run and wait in wait_for_prior_grid() for the whole grid, so the gap between the two
   // kernels is not on the call's path.
   if constexpr (SPLIT) ptx::allow_dependent_launch();
+  // This kernel is launched early too (launch_early): it may start while the kernel before it on the
+  // stream (the append, or whatever the caller ran last) finishes, and waits for it here, before any
+  // access to global memory: that kernel may still be writing Q, K, V or the lengths, or reading the
+  // workspace this kernel writes.
+  ptx::wait_for_prior_grid();
 
   const int m_tiles = SPLIT ? int(gridDim.x) / splits : int(gridDim.x);
   const int split = SPLIT ? int(blockIdx.x) % splits : 0, tile_m = SPLIT ? int(blockIdx.x) / splits : int(blockIdx.x);
@@ -439,6 +444,8 @@ __global__ void __launch_bounds__(kCombineThreads)
 // (cache_row: contiguous or paged), every KV head, 16 bytes a thread; nothing for a sequence whose
 // rows would not fit. A grid-stride loop over the B·seqlen_new rows, one row a block at a time.
 __global__ void __launch_bounds__(kAppendThreads) append_kernel(const AttentionParams params) {
+  ptx::allow_dependent_launch();  // the split kernel may launch now; it waits for these writes
+  ptx::wait_for_prior_grid();     // launched early itself: the caller's last kernel may write k_new
   const int64_t n_new = params.seqlen_new, rows = params.batch * n_new;
   const int chunks = int(params.head_dim) / 8, row_chunks = int(params.heads_kv) * chunks;
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
@@ -482,6 +489,22 @@ Status choose_splits(const AttentionParams& p, int* splits) {
                      cdiv(p.seqlen_kv, Cfg::BLOCK_N), splits, kDecodeSplitRule);
 }
 
+// Launches kernel(args...) on the stream, as a programmatic dependent launch where the GPU and the
+// kernel's code are sm_90+ (early_launch_allowed): it may then start while the kernel before it on
+// the stream finishes, and waits for it in wait_for_prior_grid() (each of this file's kernels does,
+// before touching global memory), so the launch's gap is not on the call's path. In order elsewhere.
+template <typename... Params, typename... Args>
+Status launch_early(void (*kernel)(Params...), dim3 grid, int threads, int smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid, cfg.blockDim = dim3(unsigned(threads)), cfg.dynamicSmemBytes = size_t(smem), cfg.stream = stream;
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  if (early_launch_allowed(reinterpret_cast<const void*>(kernel))) cfg.attrs = &early, cfg.numAttrs = 1;
+  FA_CUDA_RETURN(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  return Status::Ok();
+}
+
 struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
@@ -498,35 +521,31 @@ struct Launcher {
     char* const base = static_cast<char*>(p.workspace);
     float* const o_part = splits > 1 ? reinterpret_cast<float*>(base + ws.o_partial) : nullptr;
     float* const lse_part = splits > 1 ? reinterpret_cast<float*>(base + ws.lse_partial) : nullptr;
-    if (p.k_new != nullptr) {  // the new rows first; the split kernel, next on the stream, reads them
-      append_kernel<<<unsigned(std::min<int64_t>(p.batch * p.seqlen_new, kAppendMaxBlocks)), kAppendThreads, 0,
-                      stream>>>(p);
-      FA_LAUNCH_RETURN();
-    }
+    if (p.k_new != nullptr)  // the new rows first; the split kernel, next on the stream, reads them
+      if (Status st =
+              launch_early(append_kernel, dim3(unsigned(std::min<int64_t>(p.batch * p.seqlen_new, kAppendMaxBlocks))),
+                           kAppendThreads, 0, stream, p);
+          !st.ok())
+        return st;
     const int pack = pack_of(p);
     const int64_t groups = p.batch * (p.heads_q / pack);
     const dim3 grid(unsigned(cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * splits),
                     unsigned(std::min<int64_t>(groups, 65535)), unsigned(cdiv(groups, 65535)));
-    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), splits, o_part, lse_part, int64_t(ws.rows),
-                                                     pack);
-    FA_LAUNCH_RETURN();
+    if (Status st = launch_early(kernel, grid, Cfg::NUM_THREADS, smem, stream, p, scale_log2(p), splits, o_part,
+                                 lse_part, int64_t(ws.rows), pack);
+        !st.ok())
+      return st;
     if (splits > 1) {
       const int64_t bh = p.batch * p.heads_q;
       const int row_warps = combine_warps<HEAD_DIM>(splits);
       const dim3 combine_grid(unsigned(cdiv(p.seqlen_q, kCombineWarps / row_warps)),
                               unsigned(std::min<int64_t>(bh, 65535)), unsigned(cdiv(bh, 65535)));
-      // On sm_90 the combine is a programmatic dependent launch: started while the split kernel runs
-      // (which allows it at its start), it waits in wait_for_prior_grid() for the partials. Only where
-      // its code has that wait (early_launch_allowed, library/launch_limits.h).
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = combine_grid, cfg.blockDim = dim3(kCombineThreads), cfg.dynamicSmemBytes = 0, cfg.stream = stream;
-      cudaLaunchAttribute early{};
-      early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      early.val.programmaticStreamSerializationAllowed = 1;
-      if (early_launch_allowed(reinterpret_cast<const void*>(combine_kernel<HEAD_DIM>)))
-        cfg.attrs = &early, cfg.numAttrs = 1;
-      FA_CUDA_RETURN(cudaLaunchKernelEx(&cfg, combine_kernel<HEAD_DIM>, p, splits, row_warps,
-                                        static_cast<const float*>(o_part), static_cast<const float*>(lse_part)));
+      // The combine too: started while the split kernel runs (which allows it at its start), it
+      // waits in wait_for_prior_grid() for the partials.
+      if (Status st = launch_early(combine_kernel<HEAD_DIM>, combine_grid, kCombineThreads, 0, stream, p, splits,
+                                   row_warps, static_cast<const float*>(o_part), static_cast<const float*>(lse_part));
+          !st.ok())
+        return st;
     }
     return Status::Ok();
   }
