@@ -114,10 +114,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
   // while these run and wait in wait_for_prior_grid() for the whole grid, so the gap between the two
   // kernels is not on the call's path.
   if constexpr (SPLIT) ptx::allow_dependent_launch();
-  // This kernel is launched early too (launch_early): it may start while the kernel before it on the
-  // stream (the append, or whatever the caller ran last) finishes, and waits for it here, before any
-  // access to global memory: that kernel may still be writing Q, K, V or the lengths, or reading the
-  // workspace this kernel writes.
+  // Behind the append this kernel is launched early (launch_early): it may start while the append
+  // finishes, and waits for it here, before any access to global memory (the append writes K and V;
+  // the kernels before it may still be writing Q or the lengths, or reading the workspace this kernel
+  // writes). Launched in order, the wait returns at once.
   ptx::wait_for_prior_grid();
 
   const int m_tiles = SPLIT ? int(gridDim.x) / splits : int(gridDim.x);
@@ -445,7 +445,6 @@ __global__ void __launch_bounds__(kCombineThreads)
 // rows would not fit. A grid-stride loop over the B·seqlen_new rows, one row a block at a time.
 __global__ void __launch_bounds__(kAppendThreads) append_kernel(const AttentionParams params) {
   ptx::allow_dependent_launch();  // the split kernel may launch now; it waits for these writes
-  ptx::wait_for_prior_grid();     // launched early itself: the caller's last kernel may write k_new
   const int64_t n_new = params.seqlen_new, rows = params.batch * n_new;
   const int chunks = int(params.head_dim) / 8, row_chunks = int(params.heads_kv) * chunks;
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
@@ -489,18 +488,22 @@ Status choose_splits(const AttentionParams& p, int* splits) {
                      cdiv(p.seqlen_kv, Cfg::BLOCK_N), splits, kDecodeSplitRule);
 }
 
-// Launches kernel(args...) on the stream, as a programmatic dependent launch where the GPU and the
-// kernel's code are sm_90+ (early_launch_allowed): it may then start while the kernel before it on
-// the stream finishes, and waits for it in wait_for_prior_grid() (each of this file's kernels does,
-// before touching global memory), so the launch's gap is not on the call's path. In order elsewhere.
+// Launches kernel(args...) on the stream; with `early`, as a programmatic dependent launch where the
+// GPU and the kernel's code are sm_90+ (early_launch_allowed): it may then start while the kernel
+// before it on the stream (one of this file's, which allows it) finishes, and waits for it in
+// wait_for_prior_grid() before touching global memory, so the launch's gap is not on the call's
+// path. Not asked for behind the caller's own kernels: measured at 880b246, the split kernel
+// launched early behind every call's previous work made the tuner pick a slower configuration for
+// 32 × 1k (48.8 µs against 46.7), and a gain there could not be measured.
 template <typename... Params, typename... Args>
-Status launch_early(void (*kernel)(Params...), dim3 grid, int threads, int smem, cudaStream_t stream, Args&&... args) {
+Status launch_early(bool early, void (*kernel)(Params...), dim3 grid, int threads, int smem, cudaStream_t stream,
+                    Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid, cfg.blockDim = dim3(unsigned(threads)), cfg.dynamicSmemBytes = size_t(smem), cfg.stream = stream;
-  cudaLaunchAttribute early{};
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
-  if (early_launch_allowed(reinterpret_cast<const void*>(kernel))) cfg.attrs = &early, cfg.numAttrs = 1;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  if (early && early_launch_allowed(reinterpret_cast<const void*>(kernel))) cfg.attrs = &attr, cfg.numAttrs = 1;
   FA_CUDA_RETURN(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
   return Status::Ok();
 }
@@ -522,17 +525,17 @@ struct Launcher {
     float* const o_part = splits > 1 ? reinterpret_cast<float*>(base + ws.o_partial) : nullptr;
     float* const lse_part = splits > 1 ? reinterpret_cast<float*>(base + ws.lse_partial) : nullptr;
     if (p.k_new != nullptr)  // the new rows first; the split kernel, next on the stream, reads them
-      if (Status st =
-              launch_early(append_kernel, dim3(unsigned(std::min<int64_t>(p.batch * p.seqlen_new, kAppendMaxBlocks))),
-                           kAppendThreads, 0, stream, p);
+      if (Status st = launch_early(false, append_kernel,
+                                   dim3(unsigned(std::min<int64_t>(p.batch * p.seqlen_new, kAppendMaxBlocks))),
+                                   kAppendThreads, 0, stream, p);
           !st.ok())
         return st;
     const int pack = pack_of(p);
     const int64_t groups = p.batch * (p.heads_q / pack);
     const dim3 grid(unsigned(cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * splits),
                     unsigned(std::min<int64_t>(groups, 65535)), unsigned(cdiv(groups, 65535)));
-    if (Status st = launch_early(kernel, grid, Cfg::NUM_THREADS, smem, stream, p, scale_log2(p), splits, o_part,
-                                 lse_part, int64_t(ws.rows), pack);
+    if (Status st = launch_early(p.k_new != nullptr, kernel, grid, Cfg::NUM_THREADS, smem, stream, p, scale_log2(p),
+                                 splits, o_part, lse_part, int64_t(ws.rows), pack);
         !st.ok())
       return st;
     if (splits > 1) {
@@ -542,7 +545,7 @@ struct Launcher {
                               unsigned(std::min<int64_t>(bh, 65535)), unsigned(cdiv(bh, 65535)));
       // The combine too: started while the split kernel runs (which allows it at its start), it
       // waits in wait_for_prior_grid() for the partials.
-      if (Status st = launch_early(combine_kernel<HEAD_DIM>, combine_grid, kCombineThreads, 0, stream, p, splits,
+      if (Status st = launch_early(true, combine_kernel<HEAD_DIM>, combine_grid, kCombineThreads, 0, stream, p, splits,
                                    row_warps, static_cast<const float*>(o_part), static_cast<const float*>(lse_part));
           !st.ok())
         return st;
