@@ -73,6 +73,25 @@ __device__ __forceinline__ CacheRow cache_row(const AttentionParams& p, int64_t 
   return CacheRow{page * pages.k_page + row * pages.k_row, page * pages.v_page + row * pages.v_row};
 }
 
+/// Step 32's append, one row: sequence b's new row r (of k_new and v_new) copied into K and V as
+/// its key `key`, every KV head, by the block's threads, 16 bytes each. The caller chooses the key
+/// and whether the row fits; K and V are written (with k_new they are the caches).
+__device__ __forceinline__ void write_new_row(const AttentionParams& p, int64_t b, int64_t r, int64_t key) {
+  const CacheRow at = cache_row(p, b, key);
+  const bf16* const k_src = static_cast<const bf16*>(p.k_new) + b * p.k_new_stride.batch + r * p.k_new_stride.seq;
+  const bf16* const v_src = static_cast<const bf16*>(p.v_new) + b * p.v_new_stride.batch + r * p.v_new_stride.seq;
+  bf16* const k_dst = const_cast<bf16*>(static_cast<const bf16*>(p.k)) + at.k;
+  bf16* const v_dst = const_cast<bf16*>(static_cast<const bf16*>(p.v)) + at.v;
+  const int chunks = int(p.head_dim) / 8;  // 16-byte chunks of a head's row
+  for (int c = int(threadIdx.x); c < int(p.heads_kv) * chunks; c += int(blockDim.x)) {
+    const int64_t h = c / chunks, d = int64_t(c % chunks) * 8;
+    *reinterpret_cast<uint4*>(k_dst + h * p.k_stride.head + d) =
+        *reinterpret_cast<const uint4*>(k_src + h * p.k_new_stride.head + d);
+    *reinterpret_cast<uint4*>(v_dst + h * p.v_stride.head + d) =
+        *reinterpret_cast<const uint4*>(v_src + h * p.v_new_stride.head + d);
+  }
+}
+
 /// The pages of the rows a thread copies of a ROWS-row K/V tile, spread over the lanes that copy the
 /// same row: CopyPlan gives a row kChunks lanes and each lane a row per pass, so lane c of a row's
 /// kChunks holds the page of that lane group's row in pass c (kPasses <= kChunks). One register a

@@ -441,29 +441,14 @@ __global__ void __launch_bounds__(kCombineThreads)
 }
 
 // Step 32's append: sequence b's new row r written as its key seqlens_kv[b] + r of K and V
-// (cache_row: contiguous or paged), every KV head, 16 bytes a thread; nothing for a sequence whose
-// rows would not fit. A grid-stride loop over the B·seqlen_new rows, one row a block at a time.
+// (write_new_row: contiguous or paged), every KV head, 16 bytes a thread; nothing for a sequence
+// whose rows would not fit. A grid-stride loop over the B·seqlen_new rows, one row a block at a time.
 __global__ void __launch_bounds__(kAppendThreads) append_kernel(const AttentionParams params) {
   ptx::allow_dependent_launch();  // the split kernel may launch now; it waits for these writes
   const int64_t n_new = params.seqlen_new, rows = params.batch * n_new;
-  const int chunks = int(params.head_dim) / 8, row_chunks = int(params.heads_kv) * chunks;
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     const int64_t b = i / n_new, r = i % n_new, length = params.seqlens_kv[b];
-    if (length < 0 || length + n_new > params.seqlen_kv) continue;
-    const CacheRow at = cache_row(params, b, length + r);
-    const auto* k_src =
-        static_cast<const bf16*>(params.k_new) + b * params.k_new_stride.batch + r * params.k_new_stride.seq;
-    const auto* v_src =
-        static_cast<const bf16*>(params.v_new) + b * params.v_new_stride.batch + r * params.v_new_stride.seq;
-    auto* const k_dst = const_cast<bf16*>(static_cast<const bf16*>(params.k)) + at.k;
-    auto* const v_dst = const_cast<bf16*>(static_cast<const bf16*>(params.v)) + at.v;
-    for (int c = int(threadIdx.x); c < row_chunks; c += kAppendThreads) {
-      const int64_t h = c / chunks, d = int64_t(c % chunks) * 8;
-      *reinterpret_cast<uint4*>(k_dst + h * params.k_stride.head + d) =
-          *reinterpret_cast<const uint4*>(k_src + h * params.k_new_stride.head + d);
-      *reinterpret_cast<uint4*>(v_dst + h * params.v_stride.head + d) =
-          *reinterpret_cast<const uint4*>(v_src + h * params.v_new_stride.head + d);
-    }
+    if (length >= 0 && length + n_new <= params.seqlen_kv) write_new_row(params, b, r, length + r);
   }
 }
 

@@ -13,8 +13,8 @@
 //  - append_kernel: one block per (sequence, new row), its threads copying the row's H_kv × D
 //    values 16 bytes at a time, K and V, to key seqlens_kv[b] + r of the sequence: a row of K at b
 //    in a contiguous cache, row key % page_size of page table[key / page_size] in a paged one
-//    (device/paged_kv.h's cache_row, the page clamped into the pool). A sequence whose rows would not
-//    fit (seqlens_kv[b] < 0 or seqlens_kv[b] + seqlen_new > N_kv) gets nothing written.
+//    (device/paged_kv.h's write_new_row, the page clamped into the pool). A sequence whose rows
+//    would not fit (seqlens_kv[b] < 0 or seqlens_kv[b] + seqlen_new > N_kv) gets nothing written.
 //  - The launcher issues it before the attention kernel on the same stream, so the attention
 //    blocks read the rows after they are written; every sequence then has seqlens_kv[b] +
 //    seqlen_new keys (clamped to N_kv as before). seqlens_kv itself is not changed: the caller
@@ -316,30 +316,16 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 // The append: sequence b's new row r becomes its key seqlens_kv[b] + r, in K and in V, for every KV
 // head. A contiguous cache holds key j of sequence b at b·batch stride + j·row stride; a paged one at
-// row j % page_size of page table[j / page_size] (cache_row, device/paged_kv.h). Rows i of the
-// launch are (b, r) = (i / seqlen_new, i % seqlen_new), the grid striding over them; the threads of
-// a block copy one row's H_kv × D values, 16 bytes each.
+// row j % page_size of page table[j / page_size] (write_new_row and cache_row, device/paged_kv.h).
+// Rows i of the launch are (b, r) = (i / seqlen_new, i % seqlen_new), the grid striding over them;
+// the threads of a block copy one row's H_kv × D values, 16 bytes each.
 __global__ void __launch_bounds__(128) append_kernel(const AttentionParams params) {
   const int64_t n_new = params.seqlen_new, rows = params.batch * n_new;
-  const int chunks = int(params.head_dim) / 8;  // 16-byte chunks of a head's row
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     const int64_t b = i / n_new, r = i % n_new;
     const int64_t length = params.seqlens_kv[b];
     if (length < 0 || length + n_new > params.seqlen_kv) continue;  // would not fit: nothing written
-    const CacheRow at = cache_row(params, b, length + r);           // key length + r's row, contiguous or paged
-    const bf16* k_src =
-        static_cast<const bf16*>(params.k_new) + b * params.k_new_stride.batch + r * params.k_new_stride.seq;
-    const bf16* v_src =
-        static_cast<const bf16*>(params.v_new) + b * params.v_new_stride.batch + r * params.v_new_stride.seq;
-    bf16* const k_dst = const_cast<bf16*>(static_cast<const bf16*>(params.k)) + at.k;  // the cache: written here
-    bf16* const v_dst = const_cast<bf16*>(static_cast<const bf16*>(params.v)) + at.v;
-    for (int c = int(threadIdx.x); c < int(params.heads_kv) * chunks; c += int(blockDim.x)) {
-      const int64_t h = c / chunks, d = int64_t(c % chunks) * 8;
-      *reinterpret_cast<uint4*>(k_dst + h * params.k_stride.head + d) =
-          *reinterpret_cast<const uint4*>(k_src + h * params.k_new_stride.head + d);
-      *reinterpret_cast<uint4*>(v_dst + h * params.v_stride.head + d) =
-          *reinterpret_cast<const uint4*>(v_src + h * params.v_new_stride.head + d);
-    }
+    write_new_row(params, b, r, length + r);                        // as key length + r (device/paged_kv.h)
   }
 }
 
