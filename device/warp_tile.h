@@ -75,6 +75,15 @@ __device__ __forceinline__ int lane_id() {
   return int(threadIdx.x) % 32;
 }
 
+/// threadIdx.x, opaque to the compiler: whatever is computed from it is computed where it is used,
+/// every time, instead of once before a loop and kept in registers across it (step 33: the dQ
+/// atomics' per-thread addresses, hoisted, took the registers the loop needed, and it spilled).
+__device__ __forceinline__ unsigned opaque_thread_index() {
+  unsigned t = threadIdx.x;
+  asm volatile("" : "+r"(t));
+  return t;
+}
+
 /// An accumulator tile of zeros.
 template <int COLS>
 __device__ __forceinline__ Acc<COLS> zeros() {

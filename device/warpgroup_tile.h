@@ -102,6 +102,48 @@ __device__ __forceinline__ void mma_at_b_async(Acc<64>& d, SmemTile<K, WgmmaLayo
                          ptx::smem_desc_mn_major(b + kk * 16 * 128, K * 128), kk > 0);
 }
 
+// ---- The same three products with their descriptors advanced by addition (step 33).
+// Each form above builds two descriptors per k-step from addresses: the address plus the k-step's
+// offset, masked, shifted and or-ed into the fields, then moved into the uniform registers wgmma
+// reads them from (about 12 integer instructions a wgmma in the backward's SASS). The forms below
+// take the same arguments after the tag `by_addition`, build each operand's descriptor once per
+// call, and add the k-step's offset over 16 to its low half (ptx::SmemDesc): one add per operand
+// and k-step. The products are bit for bit the same; the forward keeps the forms above.
+struct ByAddition {};
+inline constexpr ByAddition by_addition{};
+
+template <int D, int N, int QROWS>
+__device__ __forceinline__ void mma_qk_async(ByAddition, Acc<N>& s, SmemTile<QROWS, WgmmaLayout<QROWS, D>> q_tile,
+                                             int wg_row0, SmemTile<N, WgmmaLayout<N, D>> k_tile) {
+  const ptx::SmemDesc q = ptx::split_desc(ptx::smem_desc_k_major(q_tile.addr() + uint32_t(wg_row0) * 128));
+  const ptx::SmemDesc k = ptx::split_desc(ptx::smem_desc_k_major(k_tile.addr()));
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint32_t panel = kk / 4, step = (kk % 4) * 32;
+    ptx::wgmma_ss<N>(s.c, (q + (panel * QROWS * 128 + step)).bits(), (k + (panel * N * 128 + step)).bits(), kk > 0);
+  }
+}
+
+template <int D, int N>
+__device__ __forceinline__ void mma_pv_async(ByAddition, Acc<D>& o, const FragA<N>& p,
+                                             SmemTile<N, WgmmaLayout<N, D>> v_tile) {
+  const ptx::SmemDesc v = ptx::split_desc(ptx::smem_desc_mn_major(v_tile.addr(), N * 128));
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) ptx::wgmma_rs_mn<D>(o.c, p.a[kk], (v + kk * 16 * 128).bits(), true);
+}
+
+template <int K, int ACOLS, int BCOLS>
+__device__ __forceinline__ void mma_at_b_async(ByAddition, Acc<64>& d, SmemTile<K, WgmmaLayout<K, ACOLS>> a_tile,
+                                               int a_panel, SmemTile<K, WgmmaLayout<K, BCOLS>> b_tile, int b_panel) {
+  const ptx::SmemDesc a =
+      ptx::split_desc(ptx::smem_desc_mn_major(a_tile.addr() + uint32_t(a_panel) * K * 128, K * 128));
+  const ptx::SmemDesc b =
+      ptx::split_desc(ptx::smem_desc_mn_major(b_tile.addr() + uint32_t(b_panel) * K * 128, K * 128));
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+    ptx::wgmma_ss_mn<64>(d.c, (a + kk * 16 * 128).bits(), (b + kk * 16 * 128).bits(), kk > 0);
+}
+
 #endif  // __CUDACC__
 
 }  // namespace fa::tile

@@ -78,6 +78,21 @@ FA_HD uint64_t smem_desc_mn_major(uint32_t smem_addr, uint32_t panel_bytes) {
   return smem_desc_sw128(smem_addr, panel_bytes, 1024);
 }
 
+/// A descriptor as its two 32-bit halves, to be advanced by addition (step 33). The address field is
+/// bits 0-13 of the low half: the address over 16, and a shared address is below 2^18. So for
+/// `bytes` a multiple of 16, with a + bytes still below 2^18, the descriptor of a + bytes is that of
+/// a with bytes / 16 added to its low half (no carry reaches the LBO at bit 16): one integer add per
+/// k-step, where smem_desc_sw128 masks, shifts and ors the address anew. The high half (SBO and the
+/// swizzle) is the same constant for every descriptor of a kind, which the compiler keeps as one.
+struct SmemDesc {
+  uint32_t lo, hi;
+  FA_HD SmemDesc operator+(uint32_t bytes) const { return {lo + (bytes >> 4), hi}; }
+  FA_HD uint64_t bits() const { return (uint64_t(hi) << 32) | lo; }
+};
+FA_HD SmemDesc split_desc(uint64_t desc) {
+  return {uint32_t(desc), uint32_t(desc >> 32)};
+}
+
 #if defined(__CUDACC__)
 
 __device__ __forceinline__ void wgmma_fence() {

@@ -10,6 +10,7 @@
 #include "fa/params.h"
 #include "library/launch_limits.h"
 #include "device/ptx/swizzle.h"
+#include "device/ptx/wgmma.h"
 #include "device/tiles.h"
 
 namespace fa {
@@ -229,6 +230,22 @@ TEST(Swizzle, MovingRightBySixteenColumnsIsAnXor) {
           EXPECT_EQ(ptx::swizzle_move_right(base, cols),
                     2 * unsigned(ptx::swizzled_offset(row, colblock * 8 + cols, row_elems)));
         }
+}
+
+// Step 33's descriptors advanced by addition: for every 1024-byte-aligned tile start a shared
+// address can have, and every offset a product's k-steps, panels and stages add (multiples of 16
+// that keep the address below 2^18), the added descriptor is bit for bit the one built from the
+// address, in both kinds (K-major, and MN-major with each panel size the products use).
+TEST(WgmmaDescriptor, AddingTheOffsetEqualsBuildingFromTheAddress) {
+  for (uint32_t base = 0; base < (1u << 18); base += 1024)
+    for (uint32_t off = 0; base + off < (1u << 18) && off < 64 * 1024; off += 16) {
+      ASSERT_EQ((ptx::split_desc(ptx::smem_desc_k_major(base)) + off).bits(), ptx::smem_desc_k_major(base + off))
+          << "K-major, base " << base << " + " << off;
+      for (uint32_t panel : {64u * 128, 128u * 128})
+        ASSERT_EQ((ptx::split_desc(ptx::smem_desc_mn_major(base, panel)) + off).bits(),
+                  ptx::smem_desc_mn_major(base + off, panel))
+            << "MN-major, panel " << panel << ", base " << base << " + " << off;
+    }
 }
 
 }  // namespace

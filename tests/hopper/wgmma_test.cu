@@ -8,6 +8,10 @@
 // (mma_c_row / mma_c_col of its warp's 16 rows). A wrong descriptor field (LBO, SBO, swizzle),
 // a wrong K step, a wrong panel offset or a wrong accumulator layout puts values in the wrong
 // place and fails by position; D = 128 and N = 128 are there for the second 64-column panel.
+// Each product runs in both forms: descriptors built per k-step from addresses, and (step 33's
+// `by_addition`) built once and advanced by adding the k-step's offset; the CPU model is the same.
+// A wrong offset in the added form (a panel step, a 32-byte column step, bytes not divided by 16)
+// reads the wrong 16 columns or rows and fails by position like the first.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -34,7 +38,7 @@ constexpr int smem_bytes() {
 }
 
 // out (128, N) fp32 = Q·Kᵀ.
-template <int D, int N>
+template <int D, int N, bool BY_ADDITION>
 __global__ void qk_kernel(const bf16* q, const bf16* k, float* out) {
   extern __shared__ uint4 smem[];
   bf16* base = aligned_for_wgmma(smem);
@@ -47,7 +51,10 @@ __global__ void qk_kernel(const bf16* q, const bf16* k, float* out) {
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   Acc<N> s;
   wgmma_begin(s);
-  mma_qk_async(s, q_tile, 64 * (warp / 4), k_tile);
+  if constexpr (BY_ADDITION)
+    mma_qk_async(by_addition, s, q_tile, 64 * (warp / 4), k_tile);
+  else
+    mma_qk_async(s, q_tile, 64 * (warp / 4), k_tile);
   ptx::wgmma_commit();
   wait_for<0>(s);
   for (int f = 0; f < N / 8; ++f)
@@ -56,7 +63,7 @@ __global__ void qk_kernel(const bf16* q, const bf16* k, float* out) {
 }
 
 // out (128, D) fp32 = o0 + P·V, P read from global memory into each warp's FragA.
-template <int D, int N>
+template <int D, int N, bool BY_ADDITION>
 __global__ void pv_kernel(const float* p_in, const bf16* v, const float* o0, float* out) {
   extern __shared__ uint4 smem[];
   bf16* base = aligned_for_wgmma(smem);
@@ -76,7 +83,10 @@ __global__ void pv_kernel(const float* p_in, const bf16* v, const float* o0, flo
   for (int f = 0; f < D / 8; ++f)
     for (int e = 0; e < 4; ++e) o.c[f][e] = o0[at(f, e, D)];
   wgmma_begin(o, p);
-  mma_pv_async(o, p, v_tile);
+  if constexpr (BY_ADDITION)
+    mma_pv_async(by_addition, o, p, v_tile);
+  else
+    mma_pv_async(o, p, v_tile);
   ptx::wgmma_commit();
   wait_for<0>(o);
   for (int f = 0; f < D / 8; ++f)
@@ -84,7 +94,7 @@ __global__ void pv_kernel(const float* p_in, const bf16* v, const float* o0, flo
 }
 
 // out (ACOLS, BCOLS) fp32 = Aᵀ·B, A (K, ACOLS) and B (K, BCOLS): each warpgroup its own 64 × 64 block.
-template <int K, int ACOLS, int BCOLS>
+template <int K, int ACOLS, int BCOLS, bool BY_ADDITION>
 __global__ void at_b_kernel(const bf16* a, const bf16* b, float* out) {
   extern __shared__ uint4 smem[];
   bf16* base = aligned_for_wgmma(smem);
@@ -98,7 +108,10 @@ __global__ void at_b_kernel(const bf16* a, const bf16* b, float* out) {
   const int a_panel = wg % (ACOLS / 64), b_panel = wg / (ACOLS / 64);
   Acc<64> d;
   wgmma_begin(d);
-  mma_at_b_async(d, a_tile, a_panel, b_tile, b_panel);
+  if constexpr (BY_ADDITION)
+    mma_at_b_async(by_addition, d, a_tile, a_panel, b_tile, b_panel);
+  else
+    mma_at_b_async(d, a_tile, a_panel, b_tile, b_panel);
   ptx::wgmma_commit();
   wait_for<0>(d);
   for (int f = 0; f < 8; ++f)
@@ -124,7 +137,7 @@ std::vector<bf16> to_device_bf16(const std::vector<float>& x) {
   return y;
 }
 
-template <int D, int N>
+template <int D, int N, bool BY_ADDITION = false>
 void check_qk() {
   FA_REQUIRE_SM90A();
   const std::vector<float> q = random_values(kRows * D, 11 + D + N), k = random_values(N * D, 23 + D + N);
@@ -133,8 +146,9 @@ void check_qk() {
   dq.upload(to_device_bf16(q));
   dk.upload(to_device_bf16(k));
   dout.poison();
-  FA_CUDA_CHECK(cudaFuncSetAttribute(qk_kernel<D, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, N>()));
-  qk_kernel<D, N><<<1, kThreads, smem_bytes<D, N>()>>>(dq.get(), dk.get(), dout.get());
+  FA_CUDA_CHECK(cudaFuncSetAttribute(qk_kernel<D, N, BY_ADDITION>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     smem_bytes<D, N>()));
+  qk_kernel<D, N, BY_ADDITION><<<1, kThreads, smem_bytes<D, N>()>>>(dq.get(), dk.get(), dout.get());
   FA_CUDA_CHECK(cudaGetLastError());
   const std::vector<float> out = dout.download();
   for (int m = 0; m < kRows; ++m)
@@ -148,7 +162,7 @@ void check_qk() {
     }
 }
 
-template <int D, int N>
+template <int D, int N, bool BY_ADDITION = false>
 void check_pv() {
   FA_REQUIRE_SM90A();
   const std::vector<float> p = random_values(kRows * N, 31 + D + N), v = random_values(N * D, 37 + D + N),
@@ -159,8 +173,9 @@ void check_pv() {
   do0.upload(o0);
   dv.upload(to_device_bf16(v));
   dout.poison();
-  FA_CUDA_CHECK(cudaFuncSetAttribute(pv_kernel<D, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, N>()));
-  pv_kernel<D, N><<<1, kThreads, smem_bytes<D, N>()>>>(dp.get(), dv.get(), do0.get(), dout.get());
+  FA_CUDA_CHECK(cudaFuncSetAttribute(pv_kernel<D, N, BY_ADDITION>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     smem_bytes<D, N>()));
+  pv_kernel<D, N, BY_ADDITION><<<1, kThreads, smem_bytes<D, N>()>>>(dp.get(), dv.get(), do0.get(), dout.get());
   FA_CUDA_CHECK(cudaGetLastError());
   const std::vector<float> out = dout.download();
   for (int m = 0; m < kRows; ++m)
@@ -177,7 +192,7 @@ void check_pv() {
 // Two warpgroups cover (ACOLS / 64) × (BCOLS / 64) = 2 blocks: the backward's two cases, dSᵀ with
 // two query panels against K at D = 64 (a_panel = warpgroup), and one query panel against K at
 // D = 128 (b_panel = warpgroup).
-template <int K, int ACOLS, int BCOLS>
+template <int K, int ACOLS, int BCOLS, bool BY_ADDITION = false>
 void check_at_b() {
   FA_REQUIRE_SM90A();
   static_assert((ACOLS / 64) * (BCOLS / 64) == kThreads / 128, "one 64 × 64 block per warpgroup");
@@ -188,8 +203,9 @@ void check_at_b() {
   da.upload(to_device_bf16(a));
   db.upload(to_device_bf16(b));
   dout.poison();
-  FA_CUDA_CHECK(cudaFuncSetAttribute(at_b_kernel<K, ACOLS, BCOLS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  at_b_kernel<K, ACOLS, BCOLS><<<1, kThreads, smem>>>(da.get(), db.get(), dout.get());
+  FA_CUDA_CHECK(cudaFuncSetAttribute(at_b_kernel<K, ACOLS, BCOLS, BY_ADDITION>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  at_b_kernel<K, ACOLS, BCOLS, BY_ADDITION><<<1, kThreads, smem>>>(da.get(), db.get(), dout.get());
   FA_CUDA_CHECK(cudaGetLastError());
   const std::vector<float> out = dout.download();
   for (int m = 0; m < ACOLS; ++m)
@@ -233,6 +249,32 @@ TEST(Wgmma, PvD128N64) {
 }
 TEST(Wgmma, PvD128N128) {
   check_pv<128, 128>();
+}
+
+// The by-addition forms (step 33), on the same shapes.
+TEST(Wgmma, ByAdditionAtBK128A128B64) {
+  check_at_b<128, 128, 64, true>();
+}
+TEST(Wgmma, ByAdditionAtBK128A64B128) {
+  check_at_b<128, 64, 128, true>();
+}
+TEST(Wgmma, ByAdditionQkD64N64) {
+  check_qk<64, 64, true>();
+}
+TEST(Wgmma, ByAdditionQkD128N64) {
+  check_qk<128, 64, true>();
+}
+TEST(Wgmma, ByAdditionQkD128N128) {
+  check_qk<128, 128, true>();
+}
+TEST(Wgmma, ByAdditionPvD64N64) {
+  check_pv<64, 64, true>();
+}
+TEST(Wgmma, ByAdditionPvD128N64) {
+  check_pv<128, 64, true>();
+}
+TEST(Wgmma, ByAdditionPvD128N128) {
+  check_pv<128, 128, true>();
 }
 
 }  // namespace
