@@ -1,4 +1,6 @@
-// The production backward on Hopper (sm_90a), generalised from step 24: the five products as
+// The production backward on Hopper (sm_90a), generalised from step 24 and put on step 33's
+// instruction diet (wgmma descriptors advanced by addition, the warp index warp-uniform, the LSE
+// and D in one shot, the dQ atomics' addresses not hoisted): the five products as
 // wgmma by two warpgroups of 64 keys each, Pᵀ and dSᵀ from registers into dV and dK, dQ = dS·K from
 // dSᵀ in shared memory read transposed, staged and added with 16-byte atomics; two stages of
 // Q/dO/LSE/D in flight by cp.async; the deterministic mode's turnstiles with the Q tiles walked
@@ -8,8 +10,8 @@
 //   Mask      which Q tiles see a KV tile, and the element test the backward re-applies
 //             (kernels/mask.h): by default the call's causal flag, either alignment, as the steps.
 //
-// With the default policy it computes what step 24 computes with step 24's instructions
-// (static.kernels.bwd_hopper.same_as_step24 compares the counts). The preprocess and the convert
+// With the default policy it computes what step 33 computes with step 33's instructions
+// (static.kernels.bwd_hopper.same_as_step33 compares the counts). The preprocess and the convert
 // are kernels/backward.h's, shared with the mma.sync backward.
 #include <cuda_bf16.h>
 
@@ -94,7 +96,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       reinterpret_cast<float*>(dst_tile.ptr + BLOCK_N * DsLayout::kRowElems);  // STAGES × [LSE, D]
   float* const dq_stages = lse_d_tiles + STAGES * 2 * BLOCK_M;                 // NUM_WARPGROUPS × (64, DQ_PITCH)
 
-  const int warp = int(threadIdx.x) / 32, wg = warp / 4;
+  // The warp index warp-uniform (step 33): the warpgroup's keys and their wgmma descriptors go to
+  // the uniform registers.
+  const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x) / 32, 0), wg = warp / 4;
   const int n_q = int(params.seqlen_q), n_kv = int(params.seqlen_kv);
 
   // ---- pointers: this block's KV tile of (batch b, KV head h_kv).
@@ -134,9 +138,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   const int items = group * walk.count();
   // Issues the copies of item t = (hq, m_block) into its stage (kernels/backward.h).
   auto load_item = [&](int t, int hq, int m_block) {
-    bwd_common::load_work_item<NUM_THREADS>(bp, b, h_kv * group + hq, m_block, next_tile(qdo_tiles, 2 * (t % STAGES)),
-                                            next_tile(qdo_tiles, 2 * (t % STAGES) + 1),
-                                            lse_d_tiles + (t % STAGES) * 2 * BLOCK_M, lse2, delta);
+    bwd_common::load_work_item<NUM_THREADS, /*ONE_SHOT=*/true>(
+        bp, b, h_kv * group + hq, m_block, next_tile(qdo_tiles, 2 * (t % STAGES)),
+        next_tile(qdo_tiles, 2 * (t % STAGES) + 1), lse_d_tiles + (t % STAGES) * 2 * BLOCK_M, lse2, delta);
   };
 
   // ---- prologue: K and V were committed above; item 0 joins them.
@@ -165,9 +169,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     // two groups in flight; Sᵀ is turned into Pᵀ while dPᵀ is still being computed.
     Acc<BLOCK_M> s, dp;
     wgmma_begin(s, dp);
-    mma_qk_async(s, k_tile, wg_key0, q_tile);
+    mma_qk_async(by_addition, s, k_tile, wg_key0, q_tile);
     ptx::wgmma_commit();
-    mma_qk_async(dp, v_tile, wg_key0, do_tile);
+    mma_qk_async(by_addition, dp, v_tile, wg_key0, do_tile);
     ptx::wgmma_commit();
     wait_for<1>(s);  // Sᵀ is in the registers (dPᵀ may still be in flight)
     // The mask, transposed (rows are keys): queries past N_q and whatever the policy hides get
@@ -187,8 +191,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     // computed in, the warp's FragA of its 16 keys, every query of the Q tile.
     FragA<BLOCK_M> p_frag = to_bf16(s), ds_frag = to_bf16(ds);
     wgmma_begin(dv, dk, p_frag, ds_frag);
-    mma_pv_async(dv, p_frag, do_tile);
-    mma_pv_async(dk, ds_frag, q_tile);
+    mma_pv_async(by_addition, dv, p_frag, do_tile);
+    mma_pv_async(by_addition, dk, ds_frag, q_tile);
     ptx::wgmma_commit();
     ptx::fence_proxy_async_shared();  // the dSᵀ stores, read next by the tensor cores ...
     __syncthreads();                  // ... of both warpgroups: the whole tile is there
@@ -201,7 +205,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     Acc<64> dq;
     wgmma_begin(dq);
     mma_at_b_async(
-        dq, SmemTile<SPLIT_KEYS, WgmmaLayout<SPLIT_KEYS, BLOCK_M>>{dst_tile.ptr + key_split * SPLIT_KEYS * BLOCK_M}, 0,
+        by_addition, dq,
+        SmemTile<SPLIT_KEYS, WgmmaLayout<SPLIT_KEYS, BLOCK_M>>{dst_tile.ptr + key_split * SPLIT_KEYS * BLOCK_M}, 0,
         SmemTile<SPLIT_KEYS, WgmmaLayout<SPLIT_KEYS, HEAD_DIM>>{k_tile.ptr + key_split * SPLIT_KEYS * HEAD_DIM},
         d_panel);
     ptx::wgmma_commit();
@@ -219,7 +224,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     if constexpr (Cfg::KEY_SPLITS == 1) {
       ptx::named_barrier_sync(1 + wg, 128);  // the warpgroup's product is whole (barrier 0 is __syncthreads')
       atomic_add_tile_x4<64, 64, 128>(dq_row0 + 64 * d_panel, HEAD_DIM, dq_stages + wg * Cfg::DQ_STAGE_FLOATS,
-                                      Cfg::DQ_PITCH, scale_log2 / kLog2e, n_q - m_start, int(threadIdx.x) % 128);
+                                      Cfg::DQ_PITCH, scale_log2 / kLog2e, n_q - m_start,
+                                      int(opaque_thread_index() % 128));  // addresses computed here
     } else {
       __syncthreads();  // both partial products are whole: the block adds their sum, once
       atomic_add_tile_x4<64, 64, NUM_THREADS, Cfg::KEY_SPLITS>(dq_row0, HEAD_DIM, dq_stages, Cfg::DQ_PITCH,

@@ -240,7 +240,7 @@ tuner::KernelConfig config() {
 // 128 is 4 warps, 64 is 2 (D = 64 only: two warps cannot split a 256-byte row's K/V copy into
 // passes of 8 rows, device/smem_tile.h). Every entry is compiled for every architecture, so each one added
 // costs CI minutes: add one only if some shape on some GPU measurably wins with it.
-const tuner::Tuner kTuner(25, FA_BUILD_ID,
+const tuner::Tuner kTuner(33, FA_BUILD_ID,
                           {
                               config<64, Config<128, 128, 2>>(),  // half the barriers and max/sum passes per key
                               config<64, Config<128, 64, 3>>(),   // 4 warps, three K/V tiles in flight
