@@ -48,7 +48,8 @@ std::string nonzero_reserved(const int64_t (&reserved)[N]) {
 }
 
 // The size of a version-5 struct: everything before the varlen fields. A caller built against
-// version 5 passes this struct_size; the fields it does not have are read as zero.
+// version 5 passes this struct_size; the fields it does not have are read as zero (a version-7 struct
+// has no window: has_window zero, no window).
 constexpr size_t kVersion5Size = offsetof(fa_attention_params, cu_seqlens_q);
 
 // C struct → C++ params. Returns an empty string on success, else why the struct is malformed.
@@ -121,6 +122,13 @@ std::string convert(const fa_attention_params* given, fa::AttentionParams& p) {
   p.v_new_stride = fa::Strides{c->new_strides[1][FA_AXIS_BATCH], c->new_strides[1][FA_AXIS_HEAD],
                                c->new_strides[1][FA_AXIS_SEQ], c->new_strides[1][FA_AXIS_DIM]};
   p.seqlen_new = c->seqlen_new;
+  if (c->has_window != 0 && c->has_window != 1) return "has_window is " + std::to_string(c->has_window) + "; 0 or 1";
+  if (c->has_window) {  // fa::validate judges the sizes (-1 or >= 0) and whether the step takes one
+    p.window_left = c->window_left;
+    p.window_right = c->window_right;
+  } else if (c->window_left != 0 || c->window_right != 0) {
+    return "window_left and window_right are for a sliding window: set has_window to 1, or zero them";
+  }
   return "";
 }
 

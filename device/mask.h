@@ -31,6 +31,17 @@ FA_HD int64_t visible_keys(int64_t i, int64_t n_kv, bool causal, int64_t offset)
   return n < 0 ? 0 : (n > n_kv ? n_kv : n);
 }
 
+// A sliding window (flash-attn's window_size = (left, right), −1 = unbounded on that side): query
+// row i sees key j when i + offset − left <= j <= i + offset + right, the offset as for causal.
+FA_HD bool window_visible(int64_t i, int64_t j, int64_t offset, int64_t left, int64_t right) {
+  return (left < 0 || j >= i + offset - left) && (right < 0 || j <= i + offset + right);
+}
+
+// Everything a call's mask hides or shows, for the references: the causal flag and the window.
+FA_HD bool key_visible(int64_t i, int64_t j, int64_t offset, bool causal, int64_t left, int64_t right) {
+  return (!causal || causal_visible(i, j, offset)) && window_visible(i, j, offset, left, right);
+}
+
 // Masks as policies: a callable mask(row, col) that is true when query row `row` may see key
 // `col`. The warp-tile operation apply_mask (device/warp_tile.h) sets every hidden score to -inf
 // before the row max, so the max and the sum run over visible keys only. A new mask (a sliding

@@ -2,6 +2,8 @@
 // pair, i.e. 4·D per pair. With the causal mask only the pairs the mask lets through count.
 #pragma once
 
+#include <algorithm>
+
 #include "device/mask.h"
 #include "fa/params.h"
 
@@ -15,9 +17,22 @@ inline double visible_pairs(int64_t n_q, int64_t n_kv, bool causal, int64_t offs
   return pairs;
 }
 
+// The same under a sliding window too (either side −1: unbounded): each row's keys [j0, j1).
+inline double visible_pairs(int64_t n_q, int64_t n_kv, bool causal, int64_t offset, int64_t left, int64_t right) {
+  if (left < 0 && right < 0) return visible_pairs(n_q, n_kv, causal, offset);
+  double pairs = 0;
+  for (int64_t i = 0; i < n_q; ++i) {
+    int64_t j1 = visible_keys(i, n_kv, causal, offset), j0 = 0;
+    if (right >= 0) j1 = std::min(j1, std::max<int64_t>(i + offset + right + 1, 0));
+    if (left >= 0) j0 = std::min(std::max<int64_t>(i + offset - left, 0), n_kv);
+    pairs += double(std::max<int64_t>(j1 - j0, 0));
+  }
+  return pairs;
+}
+
 inline double attention_flops(const AttentionParams& p) {
   return 4.0 * double(p.batch) * double(p.heads_q) * double(p.head_dim) *
-         visible_pairs(p.seqlen_q, p.seqlen_kv, p.causal, p.causal_offset());
+         visible_pairs(p.seqlen_q, p.seqlen_kv, p.causal, p.causal_offset(), p.window_left, p.window_right);
 }
 
 // The backward's, as flash-attention counts them: five matmuls to the forward's two, 2.5 × its FLOPs.

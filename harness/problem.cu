@@ -92,6 +92,9 @@ std::string to_string(const ProblemShape& s) {
      << (s.causal && s.align == CausalAlign::bottom_right ? "(bottom-right)" : "")
      << (s.layout == Layout::bnhd ? " bnhd" : "") << " input=" << to_string(s.input) << " seed=" << s.seed;
   if (s.row_gap != 0) os << " row_gap=" << s.row_gap;
+  if (s.window_left >= 0 || s.window_right >= 0)
+    os << " window=(" << s.window_left << ", " << s.window_right << ")"
+       << (s.align == CausalAlign::bottom_right ? " bottom-right" : " top-left");
   return os.str();
 }
 
@@ -137,6 +140,8 @@ AttentionParams shape_params(const ProblemShape& s) {
   p.softmax_scale = s.softmax_scale;
   p.causal = s.causal;
   p.causal_align = s.align;
+  p.window_left = s.window_left;
+  p.window_right = s.window_right;
   return p;
 }
 

@@ -29,6 +29,7 @@ struct ProblemShape {
   int64_t batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_kv = 1, head_dim = 64;
   bool causal = false;
   CausalAlign align = CausalAlign::top_left;
+  int64_t window_left = -1, window_right = -1;  // a sliding window (AttentionParams'); -1: unbounded
   Layout layout = Layout::bhnd;
   InputKind input = InputKind::random;
   uint64_t seed = 0;

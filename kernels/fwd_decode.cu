@@ -553,6 +553,7 @@ const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
 
 bool accepts(const AttentionParams& p, bool prefill_varlen) {
   if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0 || !head_dim_built(int(p.head_dim))) return false;
+  if (p.has_window()) return false;  // no window here yet: the prefill kernel's window kernels take it
   if (p.head_dim != 64 && p.head_dim != 128) return false;
   const int64_t rows = p.seqlen_q * (p.heads_q / p.heads_kv);
   // Packed sequences: the decode-sized ones, and all of them where the prefill kernel reads none.

@@ -143,6 +143,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     int q_row, kv_row;  // the tile's first row in Q's and O's maps, its sequence's first key in K's and V's
     int n_q, n_kv;      // the sequence's queries and keys
     int offset;         // its causal diagonal: key j visible to query i when j <= i + offset
+    // A window's range (kFromFirstKey false): the first KV tile visited, and the first fully visible
+    // one (tiles before it are masked too). n_blocks counts from `first`. Both 0 for the other masks.
+    int first, first_full;
   };
   // The next work tile at or after the scheduler's turn `turn` (advanced past it): a varlen tile
   // past its sequence's last query is no work, and skipped.
@@ -168,10 +171,14 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       w.n_kv = kv_seq.length;
       w.offset = varlen ? int(sequence_causal_offset(params, w.n_q, w.n_kv)) : int(offset);
       // The KV tiles [0, end) of all BLOCK_M rows (as step 16 counts them); from the first with a
-      // masked element on, the element test.
-      static_assert(MaskT::kFromFirstKey, "a range that starts past KV tile 0 needs the loop to start there");
+      // masked element on, the element test. A window's range starts at `first`, and its tiles
+      // before `first_full` are masked too.
       const TileRange range = MaskT::range(params, w.n_kv, w.offset, w.m_start, BLOCK_M, BLOCK_N);
-      w.n_blocks = int(range.end);
+      if constexpr (!MaskT::kFromFirstKey) {
+        w.first = int(range.first);
+        w.first_full = int(range.first_full);
+      }
+      w.n_blocks = int(range.end) - (MaskT::kFromFirstKey ? 0 : int(range.first));
       w.first_masked = int(range.end_full);
       return w;
     }
@@ -217,7 +224,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       int turn = 0;  // the scheduler's turns taken (iter counts those handed out)
       for (int iter = 0;; ++iter) {
         const Work w = work(turn);
-        if (w.n_blocks > 0) load_kv(w, 0, pos++);
+        const int first = MaskT::kFromFirstKey ? 0 : w.first;  // the first KV tile visited
+        if (w.n_blocks > 0) load_kv(w, first, pos++);
         if (iter > 0) mbarrier_wait(bar(q_empty), (iter - 1) % 2);
         scheduled[iter % 2] = w;
         if (w.bh < 0) {  // no more tiles: the consumers learn it from q_full's next phase
@@ -226,7 +234,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
         }
         ptx::mbarrier_arrive_expect_tx(bar(q_full), BLOCK_M * HEAD_DIM * int(sizeof(bf16)));
         load_tile_tma(q_tile, &maps.q, w.q_row, head_of(w), map_batch(w), bar(q_full));
-        for (int n_block = 1; n_block < w.n_blocks; ++n_block) load_kv(w, n_block, pos++);
+        for (int i = 1; i < w.n_blocks; ++i) load_kv(w, first + i, pos++);
       }
     }
     return;
@@ -247,11 +255,12 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     Rows m_i = rows(-INFINITY);             // running row max, raw score units
     Rows l_i = rows(0.0f);                  // running row sum over this lane's columns
 
-    // The softmax of one S tile, lazily rescaled; says whether O must be rescaled by alpha once
-    // the P·V in flight is done.
-    auto softmax = [&](Acc<BLOCK_N>& s, int n_block, Rows& alpha) {
+    // The softmax of the i-th visited S tile (KV tile first + i), lazily rescaled; says whether O
+    // must be rescaled by alpha once the P·V in flight is done.
+    auto softmax = [&](Acc<BLOCK_N>& s, int i, Rows& alpha) {
+      const int n_block = (MaskT::kFromFirstKey ? 0 : w.first) + i;
       score_mod(s, row0, n_block * BLOCK_N);
-      if (n_block >= w.first_masked) {
+      if (n_block >= w.first_masked || (!MaskT::kFromFirstKey && n_block < w.first_full)) {
         if constexpr (varlen) {
           // The sequence's length and diagonal read again where they are needed, the tile's first
           // row folded into the diagonal: kept in registers through the loop, they cost the 3- and
@@ -357,8 +366,11 @@ struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
-    const auto kernel =
-        p.cu_seqlens_q != nullptr ? attention_kernel<HEAD_DIM, Cfg, Packed> : attention_kernel<HEAD_DIM, Cfg, Batched>;
+    // Packed sequences, a sliding window (WindowFlag: a range past tile 0, masked at both ends; not
+    // with packed sequences, which validation refuses), or neither: a kernel each.
+    const auto kernel = p.cu_seqlens_q != nullptr ? attention_kernel<HEAD_DIM, Cfg, Packed>
+                        : p.has_window()          ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag>
+                                                  : attention_kernel<HEAD_DIM, Cfg, Batched>;
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)
     if (Status st = make_qkv_tile_maps(&maps, p, Cfg::BLOCK_M, Cfg::BLOCK_N); !st.ok()) return st;
@@ -408,6 +420,7 @@ const Capabilities kCaps = [] {
   c.varlen = true;                          // packed sequences (cu_seqlens): decode-sized ones the decode
                                             // kernel, longer ones this one
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
+  c.sliding_window = true;  // window_size: WindowFlag's kernels (forward; the backward refuses it)
   return c;
 }();
 

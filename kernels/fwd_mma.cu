@@ -100,16 +100,25 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const TileRange range = MaskT::range(params, offset, m_start, BLOCK_M, BLOCK_N);
   const int first = MaskT::kFromFirstKey ? 0 : int(range.first);
   const int n_blocks = int(range.end) - first;
-  const int full_first = MaskT::kFromFirstKey ? 0 : int(range.first_full), full_end = int(range.end_full);
-  const auto element = MaskT::element(params, offset);  // the 32-bit element test
+  // The loop counts tiles from `first`: tile i is KV tile first + i, masked before full_first_i and
+  // from full_end_i on. A window's first key, key_shift, is folded into K's and V's pointers, the
+  // rows the mask sees and the key bound (its test depends on key − row alone besides the bound),
+  // so that no register holds `first` through the loop (one more cost WindowFlag's kernels a spill).
+  const int full_first_i = MaskT::kFromFirstKey ? 0 : int(range.first_full) - first;
+  const int full_end_i = int(range.end_full) - first;
+  const int key_shift = first * BLOCK_N;
+  const auto element = MaskT::element(params, params.seqlen_kv - key_shift, offset);  // the 32-bit element test
+  k_ptr += int64_t(key_shift) * params.k_stride.seq;
+  v_ptr += int64_t(key_shift) * params.v_stride.seq;
+  const int kv_left = n_kv - key_shift, mask_row0 = row0 - key_shift;  // keys from key_shift; rows shifted alike
 
   // KV tile `first + i` lives in ring slot i % STAGES, K first.
   auto k_tile_of = [&](int i) { return next_tile(kv_ring, 2 * (i % STAGES)); };
   auto v_tile_of = [&](int i) { return next_tile(kv_ring, 2 * (i % STAGES) + 1); };
   // Issues the copies of the i-th visited KV tile into its ring slot (rows past N_kv arrive as zeros).
   auto load_kv = [&](int i) {
-    const int n_start = (first + i) * BLOCK_N;
-    const int kv_rows = min(BLOCK_N, n_kv - n_start);
+    const int n_start = i * BLOCK_N;  // from key_shift
+    const int kv_rows = min(BLOCK_N, kv_left - n_start);
     load_tile_async<NUM_THREADS>(k_tile_of(i), k_ptr + n_start * params.k_stride.seq, params.k_stride.seq, kv_rows);
     load_tile_async<NUM_THREADS>(v_tile_of(i), v_ptr + n_start * params.v_stride.seq, params.v_stride.seq, kv_rows);
   };
@@ -138,13 +147,13 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
 
   // ---- KV loop
   for (int i = 0; i < n_blocks; ++i) {
-    const int n_block = first + i, n_start = n_block * BLOCK_N;
-    cp_async_wait<STAGES - 2>();                             // tile i has landed (this thread's copies)
-    __syncthreads();                                         // everyone's; and every warp is done reading tile i-1
+    const int n_start = i * BLOCK_N;  // keys from key_shift: key_shift + n_start is the tile's first
+    cp_async_wait<STAGES - 2>();      // tile i has landed (this thread's copies)
+    __syncthreads();                  // everyone's; and every warp is done reading tile i-1
     if (i + STAGES - 1 < n_blocks) load_kv(i + STAGES - 1);  // into the slot just freed
     cp_async_commit();
     const SmemTile<BLOCK_N, Layout> k_tile = k_tile_of(i), v_tile = v_tile_of(i);
-    const bool masked = n_block < full_first || n_block >= full_end;
+    const bool masked = i < full_first_i || i >= full_end_i;
 
     Acc<BLOCK_N> s[M_TILES];
     mma_qk_tiles(s, q_tile, warp * ROWS_PER_WARP, k_tile);  // S_t = Q_t·Kᵀ
@@ -152,9 +161,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     FragA<BLOCK_N> p[M_TILES];  // P_t in bf16, the A operand of P·V
 #pragma unroll
     for (int t = 0; t < M_TILES; ++t) {
-      score_mod(s[t], row0 + kMmaRows * t, n_start);
-      // Masked scores become -inf before the row max, on the tiles that need it only.
-      if (masked) apply_mask(s[t], row0 + kMmaRows * t, n_start, element);
+      score_mod(s[t], row0 + kMmaRows * t, key_shift + n_start);
+      // Masked scores become -inf before the row max, on the tiles that need it only; the rows
+      // shifted by key_shift like the keys (the element test's bound is N_kv − key_shift).
+      if (masked) apply_mask(s[t], mask_row0 + kMmaRows * t, n_start, element);
       const Rows m_new = row_max(s[t], m_i[t]);
       if (any_max_moved(m_i[t], m_new, scale_log2, Cfg::RESCALE_THRESHOLD)) {
         const Rows alpha = rescale_factor(m_i[t], scale_log2, exp2_offset(m_new, scale_log2));
@@ -183,8 +193,16 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
 struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
+    // One configuration's window kernel spills on sm_90 (D = 64, <128, 128, 2>: 8 bytes): a window
+    // call asked of it runs its neighbour <128, 64, 2>'s (the same queries per block, 64-key tiles).
+    if constexpr (HEAD_DIM == 64 && Cfg::BLOCK_M == 128 && Cfg::BLOCK_N == 128 && Cfg::STAGES == 2)
+      if (p.has_window()) return launch<HEAD_DIM, Config<128, 64, 2>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
-    const auto kernel = attention_kernel<HEAD_DIM, Cfg>;
+    // A sliding window runs kernels of its own (WindowFlag: the range starts past tile 0, masked
+    // tiles at both ends); every other call the default policy's.
+    auto kernel = attention_kernel<HEAD_DIM, Cfg>;
+    if constexpr (!(HEAD_DIM == 64 && Cfg::BLOCK_M == 128 && Cfg::BLOCK_N == 128 && Cfg::STAGES == 2))
+      if (p.has_window()) kernel = attention_kernel<HEAD_DIM, Cfg, WindowFlag>;
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     dim3 grid;
     if (Status st = GridScheduler::grid({int(cdiv(p.seqlen_q, Cfg::BLOCK_M)), p.batch * p.heads_q, p.causal}, 0, &grid);
@@ -210,11 +228,12 @@ const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
 const Capabilities kCaps = [] {
   Capabilities c = forward_caps({64, 128});  // step 10's: nothing beyond the common ones,
   c.deterministic_backward = true;           // and the production backward's deterministic mode
-  c.split_kv = true;    // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
-  c.seqlens_kv = true;  // ... and reads a length per sequence (kernels/fwd_decode.cu)
-  c.paged_kv = true;    // ... a paged cache
-  c.varlen = true;      // ... and packed sequences of any length (cu_seqlens)
-  c.kv_append = true;   // ... and appends to the cache in the call (k_new, v_new)
+  c.split_kv = true;        // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
+  c.seqlens_kv = true;      // ... and reads a length per sequence (kernels/fwd_decode.cu)
+  c.paged_kv = true;        // ... a paged cache
+  c.varlen = true;          // ... and packed sequences of any length (cu_seqlens)
+  c.kv_append = true;       // ... and appends to the cache in the call (k_new, v_new)
+  c.sliding_window = true;  // window_size: WindowFlag's kernels (forward; the backward refuses it)
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
   return c;
 }();

@@ -122,7 +122,7 @@ set(fa_backward_tests ${CMAKE_SOURCE_DIR}/steps/17_backward_mma/tests/backward_t
 
 # Step 10's rules, which the default policies must keep: tensor cores, ldmatrix, cp.async, no
 # local memory, and every kernel the HMMAs of one K/V tile.
-fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10
+fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10 SAME_SKIP WindowFlag
   STATIC REQUIRE HMMA LDSM LDGSTS HMMA_PER_KV_TILE 64:2 KERNEL attention_kernel
   TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_mma_test.cpp ${CMAKE_SOURCE_DIR}/tests/kernels/decode_test.cpp
         ${CMAKE_SOURCE_DIR}/steps/29_ragged_kv_cache/tests/ragged_kv_cache_test.cpp
@@ -134,7 +134,7 @@ fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10
 # Step 16's rules (sm_90a alone): wgmma, TMA loads and stores, mbarriers, setmaxnreg, no mma.sync
 # or cp.async, and step 16's instruction counts per configuration, UTMASTG included, for the
 # batched instantiations (the packed ones, for varlen calls, have no step 16 counterpart).
-fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16 SAME_SKIP Packed
+fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16 SAME_SKIP "Packed|WindowFlag"
   INS HGMMA UTMALDG UTMASTG MUFU.EX2 BAR.SYNC FENCE.VIEW.ASYNC.S
   STATIC REQUIRE HGMMA UTMALDG UTMASTG SYNCS USETMAXREG FORBID HMMA LDSM LDGSTS MAX_COUNT WARPGROUP.ARRIVE:4
          KERNEL attention_kernel

@@ -236,4 +236,34 @@ struct CausalFlag {
   }
 };
 
+/// The call's sliding window (AttentionParams::window_left, window_right), with its causal flag
+/// folded in (causal bounds the right side at the diagonal) and the ragged bound: its own kernels,
+/// in which a Q tile's KV tiles start past tile 0 and are masked at both ends (kFromFirstKey false:
+/// the general loop). Forward only; the backward refuses a window.
+struct WindowFlag {
+  static constexpr bool kFromFirstKey = false;
+  /// The interval policy of one sequence of N_kv keys with diagonal offset `offset`.
+  FA_HD static Both<KeyBound, SlidingWindow> policy(const AttentionParams& p, int64_t n_kv, int64_t offset) {
+    const int64_t left = p.window_left < 0 ? kUnbounded : p.window_left;
+    int64_t right = p.window_right < 0 ? kUnbounded : p.window_right;
+    if (p.causal) right = min64(right, 0);
+    return both(KeyBound{n_kv}, SlidingWindow{left, right, offset});
+  }
+  FA_HD static TileRange range(const AttentionParams& p, int64_t offset, int64_t m_start, int rows, int block_n) {
+    return range(p, p.seqlen_kv, offset, m_start, rows, block_n);
+  }
+  FA_HD static TileRange range(const AttentionParams& p, int64_t n_kv, int64_t offset, int64_t m_start, int rows,
+                               int block_n) {
+    return kv_tiles(policy(p, n_kv, offset), m_start, rows, block_n);
+  }
+  FA_HD static Both<KeyBound, SlidingWindow>::Element element(const AttentionParams& p, int64_t offset) {
+    return policy(p, p.seqlen_kv, offset).element();
+  }
+  FA_HD static Both<KeyBound, SlidingWindow>::Element element(const AttentionParams& p, int64_t n_kv, int64_t offset) {
+    return policy(p, n_kv, offset).element();
+  }
+  /// A window gives every Q tile about the same number of KV tiles: no reordering.
+  FA_HD static bool longest_first(const AttentionParams&) { return false; }
+};
+
 }  // namespace fa::kernels

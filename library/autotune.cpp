@@ -62,7 +62,8 @@ std::string Key::str() const {
   append_field(s, " dtype=", dtype);
   append_field(s, " layout=", layout);
   s += lse ? " lse=1" : " lse=0";
-  if (split != "none") append_field(s, " split=", split);  // unsplit keys read as before Part V
+  if (split != "none") append_field(s, " split=", split);     // unsplit keys read as before Part V
+  if (window != "none") append_field(s, " window=", window);  // keys without a window read as before
   append_field(s, " gpu=", gpu);
   append_field(s, " build=", build_id);
   std::replace(s.begin(), s.end(), '\t', ' ');  // tabs separate the fields of the file
@@ -89,6 +90,9 @@ Key shape_key(const AttentionParams& p) {
   k.layout = layout_class(p);
   k.lse = p.lse != nullptr;
   k.split = p.num_splits > 1 ? std::to_string(p.num_splits) : (p.num_splits == 0 && p.workspace ? "auto" : "none");
+  if (p.has_window())
+    k.window = std::to_string(p.window_left) + "," + std::to_string(p.window_right) +
+               (p.causal_align == CausalAlign::bottom_right ? ",bottom_right" : ",top_left");
   return k;
 }
 

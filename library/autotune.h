@@ -57,6 +57,8 @@ struct Key {
   /// Split-KV: "none" (no split: num_splits 1, or 0 without a workspace), "auto" (0 with a
   /// workspace: the step chooses) or the count asked for. A split call launches other kernels.
   std::string split = "none";
+  /// A sliding window: "none", or "left,right,alignment" (its own kernels, its own timings).
+  std::string window = "none";
   std::string gpu;       ///< device name, e.g. "NVIDIA H200"
   std::string build_id;  ///< identifies the compiled kernels (FA_BUILD_ID of the step)
   /// One line of text without tabs, the cache's lookup key, e.g. "nq=4096 nkv=4096 d=64 b=2

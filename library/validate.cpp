@@ -272,6 +272,24 @@ Status check_append(const AttentionParams& p, const Capabilities& caps) {
   return Status::Ok();
 }
 
+// A sliding window: each side −1 (unbounded) or a key count, a step that takes one, and none of the
+// per-sequence options beside it (their kernels, the decode kernel's, take no window yet): a call
+// the library cannot honour is refused, never run without its window.
+Status check_window(const AttentionParams& p, const Capabilities& caps) {
+  if (p.window_left < -1 || p.window_right < -1)
+    return fail("window_left and window_right must be -1 (unbounded) or >= 0 (got " + std::to_string(p.window_left) +
+                ", " + std::to_string(p.window_right) + ")");
+  if (!p.has_window()) return Status::Ok();
+  if (!caps.sliding_window)
+    return fail("this step has no sliding window: window_left and window_right must be -1 (got " +
+                std::to_string(p.window_left) + ", " + std::to_string(p.window_right) + ")");
+  if (p.seqlens_kv || p.block_table || p.cu_seqlens_q || p.k_new || p.num_splits > 1)
+    return fail(
+        "a sliding window is taken on (B, H, N, D) calls: not yet with seqlens_kv, a block table, "
+        "variable-length sequences, an append or a split (num_splits > 1)");
+  return Status::Ok();
+}
+
 // The launch limits of the step's kernels: the same numbers its launcher obeys.
 Status check_launch_limits(const AttentionParams& p, const Capabilities& caps) {
   if (caps.max_seqlen > 0 && (p.seqlen_q > caps.max_seqlen || p.seqlen_kv > caps.max_seqlen))
@@ -354,6 +372,7 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
   if (Status st = check_paged(p, caps); !st.ok()) return st;
   if (Status st = check_varlen(p, caps); !st.ok()) return st;
   if (Status st = check_append(p, caps); !st.ok()) return st;
+  if (Status st = check_window(p, caps); !st.ok()) return st;
   auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
     return call_tensor(p, name, ptr, q_side, s);
   };

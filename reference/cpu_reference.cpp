@@ -26,7 +26,7 @@ ReferenceOutput cpu_reference(const AttentionParams& p, const float* q, const fl
         // Scores and their max over the visible keys (the mask removes keys, it never adds 0s).
         double m = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < p.seqlen_kv; ++j) {
-          if (p.causal && !causal_visible(i, j, offset)) continue;
+          if (!key_visible(i, j, offset, p.causal, p.window_left, p.window_right)) continue;
           const float* kj = k + b * p.k_stride.batch + hk * p.k_stride.head + j * p.k_stride.seq;
           double dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += double(qi[d * p.q_stride.dim]) * double(kj[d * p.k_stride.dim]);
@@ -39,7 +39,7 @@ ReferenceOutput cpu_reference(const AttentionParams& p, const float* q, const fl
         }
         double l = 0;
         for (int64_t j = 0; j < p.seqlen_kv; ++j) {
-          if (p.causal && !causal_visible(i, j, offset)) continue;
+          if (!key_visible(i, j, offset, p.causal, p.window_left, p.window_right)) continue;
           const double pj = std::exp(s[size_t(j)] - m);
           l += pj;
           const float* vj = v + b * p.v_stride.batch + hk * p.v_stride.head + j * p.v_stride.seq;
@@ -64,7 +64,9 @@ ReferenceGradients cpu_reference_backward(const AttentionParams& p, const float*
   g.dk.assign(size_t(p.batch * p.heads_kv * p.seqlen_kv * D), 0.0);
   g.dv.assign(size_t(p.batch * p.heads_kv * p.seqlen_kv * D), 0.0);
   g.delta.assign(size_t(p.batch * p.heads_q * p.seqlen_q), 0.0);
-  auto visible = [&](int64_t i, int64_t j) { return !p.causal || causal_visible(i, j, offset); };
+  auto visible = [&](int64_t i, int64_t j) {
+    return key_visible(i, j, offset, p.causal, p.window_left, p.window_right);
+  };
 
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads_q; ++h) {

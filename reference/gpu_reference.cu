@@ -24,7 +24,12 @@ __global__ void reference_kernel(AttentionParams p, float scale, int64_t offset,
       static_cast<const __nv_bfloat16*>(p.q) + b * p.q_stride.batch + h * p.q_stride.head + i * p.q_stride.seq;
   const auto* k = static_cast<const __nv_bfloat16*>(p.k) + b * p.k_stride.batch + hk * p.k_stride.head;
   const auto* v = static_cast<const __nv_bfloat16*>(p.v) + b * p.v_stride.batch + hk * p.v_stride.head;
-  const int64_t n_keys = visible_keys(i, p.seqlen_kv, p.causal, offset);  // keys [0, n_keys)
+  // Keys [j0, j1): the causal prefix, and the window's two edges where it has them.
+  int64_t j1 = visible_keys(i, p.seqlen_kv, p.causal, offset), j0 = 0;
+  auto clamp = [](int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
+  if (p.window_right >= 0) j1 = clamp(i + offset + p.window_right + 1, 0, j1);
+  if (p.window_left >= 0) j0 = clamp(i + offset - p.window_left, 0, p.seqlen_kv);
+  const int64_t n_keys = j1 > j0 ? j1 - j0 : 0;
 
   auto score = [&](int64_t j) {
     float dot = 0.f;
@@ -34,12 +39,12 @@ __global__ void reference_kernel(AttentionParams p, float scale, int64_t offset,
 
   // Pass 1: the row max.
   float m = -INFINITY;
-  for (int64_t j = 0; j < n_keys; ++j) m = fmaxf(m, score(j));
+  for (int64_t j = j0; j < j0 + n_keys; ++j) m = fmaxf(m, score(j));
   // Pass 2: exp-sum and the weighted sum of V rows.
   float acc[kMaxHeadDim];
   for (int64_t d = 0; d < D; ++d) acc[d] = 0.f;
   float l = 0.f;
-  for (int64_t j = 0; j < n_keys; ++j) {
+  for (int64_t j = j0; j < j0 + n_keys; ++j) {
     const float pj = expf(score(j) - m);
     l += pj;
     for (int64_t d = 0; d < D; ++d) acc[d] += pj * __bfloat162float(v[j * p.v_stride.seq + d]);

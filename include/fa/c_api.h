@@ -45,8 +45,10 @@ extern "C" {
 /// grows the struct at its end with the varlen `cu_seqlens_q`, `cu_seqlens_kv`, `total_q` and
 /// `total_kv`; a version-5 struct (its `struct_size` smaller) is still taken, those fields zero.
 /// Version 7 grows it again with the append's `k_new`, `v_new`, `new_strides` and `seqlen_new`
-/// (flash_attn_with_kvcache's k and v); version-5 and version-6 structs are still taken.
-#define FA_C_API_VERSION 7
+/// (flash_attn_with_kvcache's k and v); version-5 and version-6 structs are still taken. Version 8
+/// grows it with the sliding window's `has_window`, `window_left` and `window_right` (flash-attn's
+/// window_size); version-5, -6 and -7 structs are still taken, without a window.
+#define FA_C_API_VERSION 8
 
 /// @brief The step argument that asks the library to choose: the fastest kernel this GPU runs that
 /// accepts the call: the production kernels first (101 on Hopper, 100 on mma.sync), then the steps,
@@ -169,6 +171,15 @@ typedef struct fa_attention_params {
   const void* v_new;          ///< the new values
   int64_t new_strides[2][4];  ///< strides of k_new [0] and v_new [1], in elements
   int64_t seqlen_new;         ///< new rows per sequence
+  /// A sliding window (flash-attn's window_size = (window_left, window_right), version 8): with
+  /// has_window 1, query i sees key j only when i + offset − window_left <= j <= i + offset +
+  /// window_right, the offset causal_align's (0 top-left, N_kv − N_q bottom-right; flash-attn's is
+  /// bottom-right), with or without `causal` (both apply: flash-attn's causal window is (left, 0));
+  /// −1 leaves a side unbounded. has_window 0 (a zero-filled struct, or an older version's): no
+  /// window, and both sizes must be zero. Forward only: a backward call with a window is refused.
+  int64_t has_window;
+  int64_t window_left;   ///< keys before the diagonal a row sees, or −1 (unbounded)
+  int64_t window_right;  ///< keys after the diagonal a row sees, or −1 (unbounded)
 } fa_attention_params;
 
 /// @brief `FA_C_API_VERSION` of the loaded library.

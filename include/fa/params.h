@@ -80,7 +80,14 @@ struct AttentionParams {
   float softmax_scale = 0.0f;
   bool causal = false;                               ///< apply the causal mask
   CausalAlign causal_align = CausalAlign::top_left;  ///< mask alignment when N_q != N_kv
-  DType dtype = DType::bf16;                         ///< element type of Q, K, V, O
+  /// Sliding window (flash-attn's window_size = (left, right)): query i sees key j only when
+  /// i + offset − window_left <= j <= i + offset + window_right, the offset the causal mask's
+  /// (causal_offset(): causal_align decides it with or without `causal`); −1 leaves that side
+  /// unbounded. With `causal` too, both masks apply (flash-attn's causal window is (left, 0)). Both
+  /// −1 (the default): no window. Only steps whose Capabilities::sliding_window is set accept one.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  DType dtype = DType::bf16;  ///< element type of Q, K, V, O
 
   /// Split-KV (Part V): each query row's keys are split into this many ranges, each computed by
   /// its own block into the workspace, then merged by their LSEs. 0: the step chooses (from how
@@ -137,6 +144,9 @@ struct AttentionParams {
   float effective_scale() const {
     return softmax_scale != 0.0f ? softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   }
+
+  /// @brief Whether a sliding window bounds either side of a row's keys.
+  bool has_window() const { return window_left >= 0 || window_right >= 0; }
 
   /// @brief Offset of the causal diagonal: key j is visible to query i when j <= i + offset.
   int64_t causal_offset() const { return causal_align == CausalAlign::bottom_right ? seqlen_kv - seqlen_q : 0; }

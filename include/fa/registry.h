@@ -53,6 +53,8 @@ struct Capabilities {
   bool varlen = false;
   /// Appends new keys and values to the cache in the call (AttentionParams::k_new, v_new).
   bool kv_append = false;
+  /// Takes a sliding window (AttentionParams::window_left, window_right), in the forward.
+  bool sliding_window = false;
   /// Where split-KV, lengths per sequence and paged caches are a decode kernel's (the production forwards): only
   /// for calls with N_q·H_q/H_kv at most this many query rows per KV head. 0: any call.
   int64_t decode_max_packed_rows = 0;

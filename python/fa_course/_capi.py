@@ -20,7 +20,7 @@ OK, ERROR_INVALID, ERROR_UNSUPPORTED, ERROR_RUNTIME = 0, 1, 2, 3
 CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1
 DTYPE_BF16 = 0
 STEP_AUTO = -1  # FA_STEP_AUTO: the library chooses the kernel
-API_VERSION = 7  # FA_C_API_VERSION this module was written against
+API_VERSION = 8  # FA_C_API_VERSION this module was written against
 # The most query rows per KV head (N_q·H_q/H_kv) the library's decode kernel takes
 # (library/split_kv.h's kDecodeMaxPackedRows): a call with more never gets a split workspace.
 DECODE_MAX_PACKED_ROWS = 64
@@ -74,6 +74,7 @@ class Params(ctypes.Structure):
         ("total_kv", ctypes.c_int64),
         ("k_new", ctypes.c_void_p), ("v_new", ctypes.c_void_p), ("new_strides", (ctypes.c_int64 * 4) * 2),
         ("seqlen_new", ctypes.c_int64),
+        ("has_window", ctypes.c_int64), ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
     ]
 
 
@@ -187,7 +188,8 @@ assert all(getattr(Params, f).offset == o for f, o in (("q", 8), ("batch", 48), 
 
 def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q: int, heads_kv: int,
                 seqlen_q: int, seqlen_kv: int, head_dim: int, strides: Sequence[Sequence[int]],
-                softmax_scale: float = 0.0, causal: bool = False, bottom_right: bool = False) -> Params:
+                softmax_scale: float = 0.0, causal: bool = False, bottom_right: bool = False,
+                window: Sequence[int] = (-1, -1)) -> Params:
     """A filled fa_attention_params: pointers as integers (0 = NULL), strides[tensor][axis] in elements
     for Q, K, V, O and the axes (batch, head, sequence, dim)."""
     p = Params()  # zeroed: no split, no lengths, no pages
@@ -197,6 +199,8 @@ def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q
     _PACK.pack_into(p, 0, ctypes.sizeof(Params), q or 0, k or 0, v or 0, o or 0, lse or 0, batch, heads_q, heads_kv, seqlen_q, seqlen_kv,
                     head_dim, *(int(x) for row in strides for x in row), scale, 1 if causal else 0,
                     CAUSAL_BOTTOM_RIGHT if bottom_right else CAUSAL_TOP_LEFT, DTYPE_BF16)
+    if window[0] != -1 or window[1] != -1:  # a sliding window (flash-attn's window_size): the library judges it
+        p.has_window, p.window_left, p.window_right = 1, int(window[0]), int(window[1])
     return p
 
 

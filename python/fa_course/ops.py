@@ -24,13 +24,13 @@ def _strides(t: torch.Tensor) -> list:
     return [s[0], s[2], s[1], s[3]]
 
 
-def _params(q, k, v, o, lse, causal, bottom_right, softmax_scale) -> _capi.Params:
+def _params(q, k, v, o, lse, causal, bottom_right, softmax_scale, window=(-1, -1)) -> _capi.Params:
     b, n_q, h_q, d = q.shape
     return _capi.make_params(
         q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr() if lse is not None else 0,
         batch=b, heads_q=h_q, heads_kv=k.shape[2], seqlen_q=n_q, seqlen_kv=k.shape[1], head_dim=d,
         strides=[_strides(q), _strides(k), _strides(v), _strides(o)], softmax_scale=softmax_scale, causal=causal,
-        bottom_right=bottom_right)
+        bottom_right=bottom_right, window=window)
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, paged: bool = False) -> None:
@@ -57,17 +57,17 @@ def _stream(device: int) -> int:
     return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
 
 
-def _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse):
+def _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse, window=(-1, -1)):
     b, n_q, h_q, d = q.shape
     o = torch.empty((b, n_q, h_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h_q, n_q) if return_lse else (0,), dtype=torch.float32, device=q.device)
-    return o, lse, _params(q, k, v, o, lse if return_lse else None, causal, bottom_right, softmax_scale)
+    return o, lse, _params(q, k, v, o, lse if return_lse else None, causal, bottom_right, softmax_scale, window)
 
 
-def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
+def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, window=(-1, -1)):
     """The op's body, on q's device (the caller made it current). step < 0: the library's choice
     (FA_STEP_AUTO: the fastest kernel this GPU runs that accepts the call, chosen in C)."""
-    o, lse, p = _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse)
+    o, lse, p = _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse, window)
     workspace = None
     # The library's choice splits a decode call's keys, its workspace from PyTorch's allocator. Only a
     # call with few query rows per KV head can be one: the others skip the size query (a C call).
@@ -80,15 +80,18 @@ def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step):
     return o, lse
 
 
-def _forward(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, deterministic=False):
+def _forward(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, deterministic=False, window_left=-1,
+             window_right=-1):
     """One attention forward; step < 0: the fastest kernel that accepts the call on this GPU (a
-    production kernel). `deterministic` is the backward's (every forward is deterministic)."""
+    production kernel). `deterministic` is the backward's (every forward is deterministic).
+    window_left, window_right: a sliding window (flash-attn's window_size; -1 unbounded)."""
     _check(q, k, v)
+    window = (window_left, window_right)
     try:
         if q.device.index == torch.cuda.current_device():  # the common case skips the device guard's cost
-            return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step)
+            return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, window)
         with torch.cuda.device(q.device):
-            return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step)
+            return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, window)
     except _capi.UnsupportedInputError as e:
         if return_lse and "does not write LSE" in str(e):  # attention asks for it when a gradient may follow
             raise _capi.UnsupportedInputError(e.code, f"{e} (step {step}). fa_course.attention asks for the LSE with "
@@ -98,7 +101,8 @@ def _forward(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, det
         raise
 
 
-def _forward_fake(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, deterministic=False):
+def _forward_fake(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, deterministic=False, window_left=-1,
+                  window_right=-1):
     """Shapes and dtypes only, for torch.compile's tracing and meta tensors."""
     b, n_q, h_q, d = q.shape
     o = q.new_empty((b, n_q, h_q, d))
@@ -113,7 +117,8 @@ def _forward_fake(q, k, v, causal, bottom_right, softmax_scale, return_lse, step
 # a default, so that the eight-argument call of the forward alone keeps its meaning.
 _LIB = torch.library.Library("fa_course", "DEF")
 _LIB.define("forward(Tensor q, Tensor k, Tensor v, bool causal, bool bottom_right, float softmax_scale, "
-            "bool return_lse, int step, bool deterministic=False) -> (Tensor, Tensor)")
+            "bool return_lse, int step, bool deterministic=False, int window_left=-1, int window_right=-1) "
+            "-> (Tensor, Tensor)")
 _LIB.impl("forward", _forward, "CUDA")
 _LIB.impl("forward", _forward, "CPU")  # so that CPU tensors get _check's message, not the dispatcher's
 torch.library.register_fake("fa_course::forward", _forward_fake, lib=_LIB)
@@ -220,6 +225,8 @@ backward = torch.ops.fa_course.backward.default
 def _setup_context(ctx, inputs, output):
     q, k, v, causal, bottom_right, softmax_scale, return_lse, step = inputs[:8]
     deterministic = inputs[8] if len(inputs) > 8 else False
+    if (len(inputs) > 9 and inputs[9] != -1) or (len(inputs) > 10 and inputs[10] != -1):
+        raise NotImplementedError(WINDOW_BACKWARD_REFUSED)
     o, lse = output
     ctx.mark_non_differentiable(lse)
     ctx.save_for_backward(q, k, v, o, lse)
@@ -237,7 +244,7 @@ def _backward(ctx, grad_o, grad_lse):
     dq, dk, dv = backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic)
     need = ctx.needs_input_grad
     return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
-            None, None, None, None, None, None)
+            None, None, None, None, None, None, None, None)
 
 
 torch.library.register_autograd("fa_course::forward", _backward, setup_context=_setup_context, lib=_LIB)
@@ -269,9 +276,13 @@ def _needs_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
+WINDOW_BACKWARD_REFUSED = ("fa_course: the backward of a sliding window is not built yet: call it under "
+                           "torch.no_grad() (inference), or with inputs that need no gradient")
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               causal_align: str = "top_left", softmax_scale: Optional[float] = None, return_lse: bool = False,
-              step: Optional[int] = None, deterministic: bool = False):
+              step: Optional[int] = None, deterministic: bool = False, window_size=(-1, -1)):
     """softmax(scale · q·kᵀ [+ causal mask]) · v for (B, N, H, D) bf16 CUDA tensors.
 
     causal_align: "top_left" (key j visible to query i when j <= i, PyTorch's is_causal) or
@@ -286,6 +297,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     gradients run to run (a step without that mode refuses with UnsupportedInputError). A gradient
     through the returned LSE raises NotImplementedError (LSE_GRADIENT_REFUSED); under torch.compile
     already when a compiled function returns the LSE of inputs that require grad, so detach it there.
+
+    window_size: flash-attn's sliding window (left, right): query i sees key j only when
+    i + offset − left <= j <= i + offset + right (the offset causal_align's); −1 leaves a side
+    unbounded; with causal=True both masks apply. Forward only for now: with inputs that require
+    grad it raises NotImplementedError (WINDOW_BACKWARD_REFUSED) instead of returning an output
+    whose gradient would be missing.
     """
     if causal_align not in _ALIGNS:
         raise ValueError(f"fa_course.attention: causal_align must be 'top_left' or 'bottom_right', got {causal_align!r}")
@@ -296,8 +313,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise ValueError(f"fa_course.attention: softmax_scale {softmax_scale} rounds to 0 in fp32 (0 asks for the "
                          "default 1/sqrt(D)); the library refuses other non-positive or non-finite scales itself")
     grad = _needs_grad(q, k, v)
-    o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse) or grad,
-                     -1 if step is None else int(step), bool(deterministic))
+    window = tuple(int(x) for x in window_size)
+    if len(window) != 2:
+        raise ValueError(f"fa_course.attention: window_size is (left, right), got {window_size!r}")
+    if window != (-1, -1) and grad:
+        raise NotImplementedError(WINDOW_BACKWARD_REFUSED)
+    if window == (-1, -1):
+        o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse) or grad,
+                         -1 if step is None else int(step), bool(deterministic))
+    else:
+        o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse),
+                         -1 if step is None else int(step), bool(deterministic), window[0], window[1])
     if not return_lse:
         return o
     return o, (torch.ops.fa_course.returned_lse.default(lse, q, k, v) if grad else lse)
@@ -343,15 +369,15 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     last query sees every key), as flash-attn does. The library chooses the kernel.
 
     Options the course does not have yet refuse with NotImplementedError instead of being ignored:
-    dropout_p > 0, a window other than (-1, -1), softcap, alibi_slopes, return_attn_probs.
+    dropout_p > 0, softcap, alibi_slopes, return_attn_probs. window_size (flash-attn's sliding
+    window, aligned bottom-right like causal) runs forward only: with inputs that require grad it
+    raises NotImplementedError, since its backward is not built yet.
     Differentiable in q, k and v, as flash-attn's; `deterministic` is the backward's, as there: dQ
     bitwise identical run to run (the library's choice is then a step with that mode; it refuses
     with UnsupportedInputError where none has it). Returns out, or (out, lse) with return_lse=True;
     lse is fp32 (B, H_q, N_q), natural log, and carries no gradient (one through it raises)."""
     if dropout_p:
         raise _unsupported(f"dropout (dropout_p={dropout_p})")
-    if tuple(window_size) != (-1, -1):
-        raise _unsupported(f"a sliding window (window_size={tuple(window_size)})")
     if softcap:
         raise _unsupported(f"logit softcapping (softcap={softcap})")
     if alibi_slopes is not None:
@@ -359,7 +385,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     if return_attn_probs:
         raise _unsupported("return_attn_probs (the probabilities are never stored; return_lse=True gives the LSE)")
     return attention(q, k, v, causal=causal, causal_align="bottom_right", softmax_scale=softmax_scale,
-                     return_lse=return_lse, deterministic=deterministic)
+                     return_lse=return_lse, deterministic=deterministic, window_size=window_size)
 
 
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,

@@ -237,6 +237,34 @@ TEST(KernelsMask, CausalFlagIsTheGeneralRange) {
       }
 }
 
+// The window kernels' policy (WindowFlag) against the references' rule (key_visible, device/mask.h)
+// on every (row, key), causal or not, both alignments, windows bounded on either side, both or
+// neither; and its tile ranges against the element test, tile by tile (check_policy). A window
+// edge off by one, the causal flag not folded in, or an unbounded side taken as 0, fails here.
+TEST(KernelsMask, WindowFlagIsTheReferencesWindow) {
+  const std::pair<int64_t, int64_t> windows[] = {{-1, -1}, {0, 0},  {3, -1}, {-1, 5},
+                                                 {7, 2},   {40, 0}, {0, -1}, {16, 16}};
+  for (const Shape& s : shapes())
+    for (bool causal : {false, true})
+      for (int64_t offset : {int64_t(0), s.n_kv - s.n_q})
+        for (auto [left, right] : windows) {
+          AttentionParams p;
+          p.seqlen_q = s.n_q;
+          p.seqlen_kv = s.n_kv;
+          p.causal = causal;
+          p.window_left = left;
+          p.window_right = right;
+          const std::string name = std::string(causal ? "causal " : "") + "window (" + std::to_string(left) + ", " +
+                                   std::to_string(right) + ") offset " + std::to_string(offset);
+          const auto element = WindowFlag::element(p, offset);
+          for (int64_t r = 0; r < s.n_q; ++r)
+            for (int64_t k = 0; k < cdiv(s.n_kv, s.block_n) * s.block_n; ++k)
+              ASSERT_EQ(element(int(r), int(k)), k < s.n_kv && key_visible(r, k, offset, causal, left, right))
+                  << describe(s, name) << " row " << r << " key " << k;
+          check_policy(WindowFlag::policy(p, s.n_kv, offset), s, name);
+        }
+}
+
 // The backward's questions of CausalFlag against the general policies and the element test: the
 // first Q tile that sees a KV tile (the rest up to the last see it too), and which blocks of a Q
 // tile's rows and a KV tile's keys hold an element that is not visible. Offsets of −1 and 15 put a

@@ -54,6 +54,43 @@ TEST(CpuReference, HandComputedCausalTopLeftAndBottomRight) {
   EXPECT_NEAR(br.o[1], 2.0, 1e-12);
 }
 
+// A sliding window by hand: equal scores, so each row's O is the mean of the V rows it sees. N_q = 3,
+// N_kv = 5, bottom-right (offset 2): row i's diagonal is key i + 2. Window (1, 0): keys i + 1 .. i + 2;
+// (0, 1): i + 2 .. i + 3 (clipped at key 4); (-1, 0) is causal; (2, -1) with causal: i .. i + 2; and a
+// window left of every key ((0, 0) with top-left offset and N_kv = 1 past row 0) sees nothing.
+TEST(CpuReference, HandComputedSlidingWindow) {
+  AttentionParams p = tiny(3, 5, 1);
+  p.softmax_scale = 1.0f;
+  p.causal_align = CausalAlign::bottom_right;
+  std::vector<float> q{1, 1, 1}, k{0, 0, 0, 0, 0}, v{1, 2, 3, 4, 5};
+  auto o_of = [&](int64_t left, int64_t right, bool causal) {
+    p.window_left = left;
+    p.window_right = right;
+    p.causal = causal;
+    return cpu_reference(p, q.data(), k.data(), v.data());
+  };
+  const ReferenceOutput a = o_of(1, 0, false);  // keys {i+1, i+2}: values i+2, i+3
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(a.o[i], i + 2.5, 1e-12) << "row " << i;
+  EXPECT_NEAR(a.lse[0], std::log(2.0), 1e-12);
+  const ReferenceOutput b = o_of(0, 1, false);  // keys {i+2, i+3} ∩ [0, 5)
+  EXPECT_NEAR(b.o[0], 3.5, 1e-12);
+  EXPECT_NEAR(b.o[1], 4.5, 1e-12);
+  EXPECT_NEAR(b.o[2], 5.0, 1e-12);  // key 5 does not exist
+  const ReferenceOutput c = o_of(-1, 0, false), causal = o_of(-1, -1, true);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(c.o[i], causal.o[i], 1e-12) << "(-1, 0) is causal, row " << i;
+  const ReferenceOutput d = o_of(2, -1, true);  // keys i .. i + 2
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(d.o[i], i + 2.0, 1e-12) << "row " << i;
+  AttentionParams t = tiny(3, 1, 1);  // top-left, one key: window (0, 0) lets row 0 alone see it
+  t.window_left = t.window_right = 0;
+  std::vector<float> q3{1, 1, 1}, k1{0}, v1{7};
+  const ReferenceOutput e = cpu_reference(t, q3.data(), k1.data(), v1.data());
+  EXPECT_NEAR(e.o[0], 7.0, 1e-12);
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ(e.o[i], 0.0) << "row " << i << " sees no key";
+    EXPECT_EQ(e.lse[i], -std::numeric_limits<double>::infinity()) << "row " << i;
+  }
+}
+
 TEST(CpuReference, RowWithNoVisibleKeyIsZeroWithMinusInfLse) {
   AttentionParams p = tiny(3, 1, 2);  // bottom-right with N_q > N_kv: rows 0 and 1 see nothing
   p.causal = true;

@@ -32,6 +32,10 @@ std::string shape_name(const ProblemShape& s) {
   os << "_D" << s.head_dim;
   if (s.causal) os << (s.align == CausalAlign::bottom_right ? "_causalBR" : "_causal");
   if (s.layout == Layout::bnhd) os << "_bnhd";
+  if (s.window_left >= 0 || s.window_right >= 0)
+    os << "_W" << (s.window_left < 0 ? std::string("inf") : std::to_string(s.window_left)) << "x"
+       << (s.window_right < 0 ? std::string("inf") : std::to_string(s.window_right))
+       << (s.align == CausalAlign::bottom_right ? "BR" : "TL");
   return os.str();
 }
 
@@ -53,7 +57,8 @@ bool supports(const StepInfo& st, const ProblemShape& s) {
   const Capabilities& c = st.caps;
   bool dim_ok = false;
   for (int d : c.head_dims) dim_ok |= (d == s.head_dim);
-  return dim_ok && (!s.causal || c.causal) && (s.heads_kv == s.heads_q || c.gqa);
+  const bool window = s.window_left >= 0 || s.window_right >= 0;
+  return dim_ok && (!s.causal || c.causal) && (s.heads_kv == s.heads_q || c.gqa) && (!window || c.sliding_window);
 }
 
 // Registers `shape` under suite/name for `st` if the step supports it.
@@ -127,6 +132,27 @@ void register_for(const StepInfo& st) {
     // causal tiles: the launch must spread them (over z, or x) or the step must refuse.
     add_case(st, "Grid", make_shape(2, 32800, 8200, 40, 70, d, true, CausalAlign::bottom_right), "BatchHeadsPast65535");
   }
+  // Sliding windows (flash-attn's window_size; the steps that take one): masked tiles at both ends
+  // of a Q tile's range, windows narrower and wider than a tile, one side unbounded, with and
+  // without causal, both alignments, N_q != N_kv, GQA, and windows that leave whole rows, and whole
+  // Q tiles, with no key (O = 0, LSE = -inf). The references apply the same rule (device/mask.h's
+  // key_visible), the kernels WindowFlag (kernels/mask.h).
+  for (int d : {64, 128}) {
+    auto window = [&](ProblemShape s, int64_t left, int64_t right) {
+      s.window_left = left;
+      s.window_right = right;
+      add_case(st, "Window", s);
+    };
+    window(make_shape(1, 2, 2, 1013, 1024, d), 100, 50);
+    window(make_shape(1, 2, 2, 1013, 1024, d, true), 256, -1);
+    window(make_shape(2, 2, 1, 777, 1531, d, false, CausalAlign::bottom_right), 300, 0);
+    window(make_shape(1, 4, 2, 1531, 777, d, true, CausalAlign::bottom_right), 31, 7);
+    window(make_shape(1, 2, 2, 2048, 2048, d), -1, 64);
+    window(make_shape(1, 2, 2, 1024, 1024, d), 0, 0);
+    window(make_shape(1, 2, 2, 500, 300, d, false, CausalAlign::top_left), 10, 10);  // rows past 310 see nothing
+    window(make_shape(1, 1, 1, 4096, 4096, d, true, CausalAlign::bottom_right), 1000, -1);
+  }
+
   // A custom softmax scale is honoured.
   ProblemShape scaled = make_shape(1, 2, 2, 150, 150, 64);
   scaled.softmax_scale = 0.3f;
@@ -169,6 +195,8 @@ void register_for(const StepInfo& st) {
   bad("MisalignedPointer", [](AttentionParams& p) { p.k = static_cast<const char*>(p.k) + 2; });
   bad("NonUnitDimStride", [](AttentionParams& p) { p.v_stride.dim = 2; });
   if (!st.caps.causal) bad("CausalUnsupported", [](AttentionParams& p) { p.causal = true; });
+  bad("WindowBelowMinusOne", [](AttentionParams& p) { p.window_left = -2; });
+  if (!st.caps.sliding_window) bad("WindowUnsupported", [](AttentionParams& p) { p.window_left = 100; });
 }
 
 }  // namespace

@@ -444,11 +444,37 @@ def test_flash_attn_func_is_flash_attns_call(shape, causal):
 
 def test_flash_attn_func_refuses_what_it_does_not_have():
     q, k, v = inputs(1, 64, 64, 2, 2, 64, seed=14)
-    for kwargs, what in (({"dropout_p": 0.1}, "dropout"), ({"window_size": (16, 0)}, "sliding window"),
-                         ({"softcap": 30.0}, "softcapping"), ({"alibi_slopes": torch.ones(2, device=DEV)}, "ALiBi"),
+    for kwargs, what in (({"dropout_p": 0.1}, "dropout"), ({"softcap": 30.0}, "softcapping"), ({"alibi_slopes": torch.ones(2, device=DEV)}, "ALiBi"),
                          ({"return_attn_probs": True}, "return_attn_probs")):
         with pytest.raises(NotImplementedError, match=what):
             fa_course.flash_attn_func(q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("shape", [(2, 300, 517, 4, 2, 64), (1, 700, 400, 8, 8, 128)], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [(64, 0), (100, 30), (-1, 16), (0, 0), (250, -1)], ids=str)
+def test_flash_attn_func_sliding_window(shape, causal, window):
+    """flash-attn's window_size, aligned bottom-right like causal, against the fp64 reference with the
+    same window; rows the window leaves without a key give O = 0 and LSE = -inf."""
+    q, k, v = inputs(*shape, seed=16)
+    out, lse = fa_course.flash_attn_func(q, k, v, causal=causal, window_size=window, return_lse=True)
+    ref_o, ref_lse = attention_fp64(q, k, v, causal=causal, causal_align="bottom_right", window_size=window)
+    close(out, ref_o)
+    seen = torch.isfinite(ref_lse)
+    torch.testing.assert_close(lse.double()[seen], ref_lse[seen], atol=1e-3, rtol=1e-3)
+    assert torch.equal(torch.isinf(lse), ~seen), "a row without a key has LSE -inf, and only such a row"
+
+
+def test_sliding_window_refuses_a_gradient_and_a_step_without_one():
+    q, k, v = inputs(1, 128, 128, 2, 2, 64, seed=17)
+    q.requires_grad_(True)
+    with pytest.raises(NotImplementedError, match="backward of a sliding window"):
+        fa_course.flash_attn_func(q, k, v, window_size=(32, 0))
+    with torch.no_grad():
+        close(fa_course.flash_attn_func(q, k, v, window_size=(32, 0)),
+              attention_fp64(q, k, v, causal_align="bottom_right", window_size=(32, 0))[0])
+    with pytest.raises(fa_course.UnsupportedInputError, match="has no sliding window"):
+        fa_course.attention(q.detach(), k, v, window_size=(32, 0), step=16)
 
 
 def test_the_default_path_is_the_librarys_choice():

@@ -217,6 +217,36 @@ TEST(CApi, AppendFieldsReachValidation) {
   EXPECT_NE(std::string(err).find("seqlen_new is for appending"), std::string::npos) << err;
 }
 
+// The sliding window's fields (version 8) reach validation: the production kernels take a window,
+// a step without one refuses it by name, a window with a per-sequence option is refused, and the
+// fields' own rules (has_window 0 or 1, sizes only with it, each side -1 or >= 0) are the library's.
+TEST(CApi, WindowFieldsReachValidation) {
+  char err[256] = {};
+  fa_attention_params p = valid_params();
+  p.has_window = 1;
+  p.window_left = 100;
+  p.window_right = 0;
+  EXPECT_EQ(fa_validate(100, &p, err, sizeof err), FA_OK) << err;
+  EXPECT_EQ(fa_validate(32, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("has no sliding window"), std::string::npos) << err;
+  p.window_left = -2;
+  EXPECT_EQ(fa_validate(100, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("must be -1 (unbounded) or >= 0"), std::string::npos) << err;
+  p.window_left = -1;  // (-1, 0): a window bounded on the right alone
+  EXPECT_EQ(fa_validate(100, &p, err, sizeof err), FA_OK) << err;
+  p.seqlens_kv = static_cast<const int32_t*>(stand_in(9));
+  p.seqlen_q = 1;
+  EXPECT_EQ(fa_validate(100, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("not yet with seqlens_kv"), std::string::npos) << err;
+  fa_attention_params q = valid_params();
+  q.window_left = 5;  // a size without has_window
+  EXPECT_EQ(fa_validate(100, &q, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("set has_window to 1"), std::string::npos) << err;
+  q.window_left = 0;
+  q.has_window = 2;
+  EXPECT_EQ(fa_validate(100, &q, err, sizeof err), FA_ERROR_INVALID);
+}
+
 TEST(CApi, UnsupportedHeadDimIsRefusedWithWhatIsSupported) {
   fa_attention_params p = valid_params(96);
   for (int t = 0; t < 4; ++t) EXPECT_EQ(p.strides[t][FA_AXIS_SEQ], 96);
@@ -355,7 +385,7 @@ TEST(CApi, EveryStepRefusesAnOutputWhoseRowsOverlap) {
 // is invalid; version 5's is taken without the varlen fields, version 6's without the append's; a
 // larger struct (a later version's) is taken when the fields this library does not know are zero.
 TEST(CApi, StructSizeComesFirstAndGuardsTheLayout) {
-  EXPECT_EQ(FA_C_API_VERSION, 7);
+  EXPECT_EQ(FA_C_API_VERSION, 8);
   EXPECT_EQ(offsetof(fa_attention_params, struct_size), 0u);
   char err[256] = {};
   fa_attention_params p = valid_params();
@@ -380,6 +410,13 @@ TEST(CApi, StructSizeComesFirstAndGuardsTheLayout) {
                 sizeof v6 - offsetof(fa_attention_params, k_new));
     v6.struct_size = offsetof(fa_attention_params, k_new);
     EXPECT_EQ(fa_validate(first_step_number(), &v6, err, sizeof err), FA_OK) << err;
+  }
+  {  // version 7's ends before the window's fields: no window, whatever the bytes past it hold
+    fa_attention_params v7 = valid_params();
+    std::memset(reinterpret_cast<char*>(&v7) + offsetof(fa_attention_params, has_window), 0xAB,
+                sizeof v7 - offsetof(fa_attention_params, has_window));
+    v7.struct_size = offsetof(fa_attention_params, has_window);
+    EXPECT_EQ(fa_validate(first_step_number(), &v7, err, sizeof err), FA_OK) << err;
   }
   struct Later {
     fa_attention_params p;
