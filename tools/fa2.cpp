@@ -68,7 +68,7 @@ int cmd_configs(const std::vector<std::string>& args) {
 
 int cmd_run(const std::vector<std::string>& args) {
   CliArgs cli(args, {"causal", "bottom-right", "bnhd", "no-check"},
-              {"step", "b", "h", "hkv", "nq", "nkv", "n", "d", "iters", "warmup", "scale", "config"});
+              {"step", "b", "h", "hkv", "nq", "nkv", "n", "d", "iters", "warmup", "scale", "config", "window"});
   if (!cli.has("step")) throw std::invalid_argument("fa2 run needs --step NN (see fa2 list)");
   const int number = int(cli.get_int("step", -1));
   const StepInfo* step = find_step(number);
@@ -89,6 +89,21 @@ int cmd_run(const std::vector<std::string>& args) {
   s.layout = cli.flag("bnhd") ? Layout::bnhd : Layout::bhnd;
   s.softmax_scale = float(cli.get_double("scale", 0.0));
   s.with_lse = step->caps.lse;
+  if (cli.has("window")) {  // --window L,R: a sliding window, flash-attn's window_size (-1: unbounded)
+    const std::string w = cli.get("window", "");
+    const size_t comma = w.find(',');
+    size_t used_l = 0, used_r = 0;
+    try {
+      if (comma == std::string::npos) throw std::invalid_argument("no comma");
+      s.window_left = std::stoll(w.substr(0, comma), &used_l);
+      s.window_right = std::stoll(w.substr(comma + 1), &used_r);
+    } catch (const std::exception&) {
+      used_l = used_r = std::string::npos;
+    }
+    if (used_l != comma || used_r != w.size() - comma - 1)
+      throw std::invalid_argument("--window takes LEFT,RIGHT (keys before and after the diagonal, -1 unbounded), got '" +
+                                  w + "'");
+  }
 
   // Validate the shape before touching the GPU, with stand-in pointers: bad input is reported
   // the same way with or without a GPU, and nothing is allocated for it.
@@ -156,7 +171,8 @@ void usage() {
          "  ladder [bench's options]              the preset B=2 H=16 N=4096 D=64, 10 runs, 1 repeat,\n"
          "                                        nothing skipped: every step side by side\n"
          "  run --step NN [--b --h --hkv --nq --nkv --n --d --causal --bottom-right --bnhd\n"
-         "         --scale S --iters N --no-check --config NAME]   --config: that configuration, untuned\n"
+         "         --scale S --iters N --no-check --config NAME --window L,R]   --config: that configuration,\n"
+         "                                        untuned; --window: a sliding window (-1: that side unbounded)\n"
          "  configs --step NN [--d 64]            the step's configurations at head dim D, one a line\n"
          "  decode [--steps 16,27] [--shapes 1:8k,8:8k,...] [--h 32 --hkv 8 --nq 1 --d 128] [--causal] [--seqlens]\n"
          "         [--splits auto,1,4] [--csv FILE] [--iters 50 --warmup 5 --repeats 3] [--list]\n"
