@@ -101,8 +101,8 @@ int cmd_run(const std::vector<std::string>& args) {
       used_l = used_r = std::string::npos;
     }
     if (used_l != comma || used_r != w.size() - comma - 1)
-      throw std::invalid_argument("--window takes LEFT,RIGHT (keys before and after the diagonal, -1 unbounded), got '" +
-                                  w + "'");
+      throw std::invalid_argument(
+          "--window takes LEFT,RIGHT (keys before and after the diagonal, -1 unbounded), got '" + w + "'");
   }
 
   // Validate the shape before touching the GPU, with stand-in pointers: bad input is reported

@@ -86,7 +86,7 @@ struct AttentionParams {
   /// unbounded. With `causal` too, both masks apply (flash-attn's causal window is (left, 0)). Both
   /// −1 (the default): no window. Only steps whose Capabilities::sliding_window is set accept one.
   int64_t window_left = -1;
-  int64_t window_right = -1;
+  int64_t window_right = -1;  ///< the window's keys after the diagonal (see window_left), or −1
   DType dtype = DType::bf16;  ///< element type of Q, K, V, O
 
   /// Split-KV (Part V): each query row's keys are split into this many ranges, each computed by
