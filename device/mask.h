@@ -42,6 +42,19 @@ FA_HD bool key_visible(int64_t i, int64_t j, int64_t offset, bool causal, int64_
   return (!causal || causal_visible(i, j, offset)) && window_visible(i, j, offset, left, right);
 }
 
+// The same as one interval: the keys [begin, end) of [0, n_kv) that query row i sees under the
+// causal flag and the window (begin == end: none). visible_keys is the causal case's end. The GPU
+// reference and the FLOP count walk it; a CPU test proves it equal to key_visible, key by key.
+struct KeyRange {
+  int64_t begin, end;
+};
+FA_HD KeyRange visible_key_range(int64_t i, int64_t n_kv, int64_t offset, bool causal, int64_t left, int64_t right) {
+  int64_t begin = 0, end = visible_keys(i, n_kv, causal, offset);
+  if (right >= 0 && i + offset + right + 1 < end) end = i + offset + right + 1 < 0 ? 0 : i + offset + right + 1;
+  if (left >= 0 && i + offset - left > 0) begin = i + offset - left < n_kv ? i + offset - left : n_kv;
+  return {begin, end > begin ? end : begin};
+}
+
 // Masks as policies: a callable mask(row, col) that is true when query row `row` may see key
 // `col`. The warp-tile operation apply_mask (device/warp_tile.h) sets every hidden score to -inf
 // before the row max, so the max and the sum run over visible keys only. A new mask (a sliding

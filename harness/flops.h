@@ -2,8 +2,6 @@
 // pair, i.e. 4·D per pair. With the causal mask only the pairs the mask lets through count.
 #pragma once
 
-#include <algorithm>
-
 #include "device/mask.h"
 #include "fa/params.h"
 
@@ -17,15 +15,13 @@ inline double visible_pairs(int64_t n_q, int64_t n_kv, bool causal, int64_t offs
   return pairs;
 }
 
-// The same under a sliding window too (either side −1: unbounded): each row's keys [j0, j1).
+// The same under a sliding window too (either side −1: unbounded): each row's visible_key_range.
 inline double visible_pairs(int64_t n_q, int64_t n_kv, bool causal, int64_t offset, int64_t left, int64_t right) {
   if (left < 0 && right < 0) return visible_pairs(n_q, n_kv, causal, offset);
   double pairs = 0;
   for (int64_t i = 0; i < n_q; ++i) {
-    int64_t j1 = visible_keys(i, n_kv, causal, offset), j0 = 0;
-    if (right >= 0) j1 = std::min(j1, std::max<int64_t>(i + offset + right + 1, 0));
-    if (left >= 0) j0 = std::min(std::max<int64_t>(i + offset - left, 0), n_kv);
-    pairs += double(std::max<int64_t>(j1 - j0, 0));
+    const KeyRange keys = visible_key_range(i, n_kv, offset, causal, left, right);
+    pairs += double(keys.end - keys.begin);
   }
   return pairs;
 }

@@ -24,12 +24,9 @@ __global__ void reference_kernel(AttentionParams p, float scale, int64_t offset,
       static_cast<const __nv_bfloat16*>(p.q) + b * p.q_stride.batch + h * p.q_stride.head + i * p.q_stride.seq;
   const auto* k = static_cast<const __nv_bfloat16*>(p.k) + b * p.k_stride.batch + hk * p.k_stride.head;
   const auto* v = static_cast<const __nv_bfloat16*>(p.v) + b * p.v_stride.batch + hk * p.v_stride.head;
-  // Keys [j0, j1): the causal prefix, and the window's two edges where it has them.
-  int64_t j1 = visible_keys(i, p.seqlen_kv, p.causal, offset), j0 = 0;
-  auto clamp = [](int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
-  if (p.window_right >= 0) j1 = clamp(i + offset + p.window_right + 1, 0, j1);
-  if (p.window_left >= 0) j0 = clamp(i + offset - p.window_left, 0, p.seqlen_kv);
-  const int64_t n_keys = j1 > j0 ? j1 - j0 : 0;
+  // Keys [j0, j0 + n_keys): the causal prefix, and the window's two edges where it has them.
+  const KeyRange keys = visible_key_range(i, p.seqlen_kv, offset, p.causal, p.window_left, p.window_right);
+  const int64_t j0 = keys.begin, n_keys = keys.end - keys.begin;
 
   auto score = [&](int64_t j) {
     float dot = 0.f;

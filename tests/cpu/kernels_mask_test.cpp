@@ -257,10 +257,17 @@ TEST(KernelsMask, WindowFlagIsTheReferencesWindow) {
           const std::string name = std::string(causal ? "causal " : "") + "window (" + std::to_string(left) + ", " +
                                    std::to_string(right) + ") offset " + std::to_string(offset);
           const auto element = WindowFlag::element(p, offset);
-          for (int64_t r = 0; r < s.n_q; ++r)
-            for (int64_t k = 0; k < cdiv(s.n_kv, s.block_n) * s.block_n; ++k)
-              ASSERT_EQ(element(int(r), int(k)), k < s.n_kv && key_visible(r, k, offset, causal, left, right))
-                  << describe(s, name) << " row " << r << " key " << k;
+          for (int64_t r = 0; r < s.n_q; ++r) {
+            // The interval the GPU reference and the FLOP count walk holds exactly the visible keys.
+            const KeyRange range = visible_key_range(r, s.n_kv, offset, causal, left, right);
+            for (int64_t k = 0; k < cdiv(s.n_kv, s.block_n) * s.block_n; ++k) {
+              const bool visible = k < s.n_kv && key_visible(r, k, offset, causal, left, right);
+              ASSERT_EQ(element(int(r), int(k)), visible) << describe(s, name) << " row " << r << " key " << k;
+              ASSERT_EQ(range.begin <= k && k < range.end, visible)
+                  << describe(s, name) << " row " << r << " key " << k << ": visible_key_range [" << range.begin << ", "
+                  << range.end << ")";
+            }
+          }
           check_policy(WindowFlag::policy(p, s.n_kv, offset), s, name);
         }
 }
