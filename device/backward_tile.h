@@ -129,9 +129,12 @@ __device__ __forceinline__ void atomic_add_rows_x2(float* dst, int64_t stride, c
 /// [col0, col0 + N) of `tile`, as it is (no transpose): element (r, c) goes to (row0 + r, col0 + c).
 /// A lane's elements e and e + 1 are adjacent columns, so each pair is one 4-byte store; col0 is a
 /// multiple of 8, so a pair never straddles a 16-byte chunk of the swizzle.
+/// `lane` is the caller's lane_id(); a kernel short of registers passes one the compiler cannot see
+/// through (opaque_thread_index() % 32), so that the 2·N/8 addresses are computed at the stores
+/// instead of being held in registers across its loop.
 template <int N, int ROWS, typename Layout>
-__device__ __forceinline__ void store_tile_rows(SmemTile<ROWS, Layout> tile, const Acc<N>& x, int row0, int col0) {
-  const int lane = lane_id();
+__device__ __forceinline__ void store_tile_rows(SmemTile<ROWS, Layout> tile, const Acc<N>& x, int row0, int col0,
+                                                int lane = lane_id()) {
 #pragma unroll
   for (int f = 0; f < N / 8; ++f)
 #pragma unroll

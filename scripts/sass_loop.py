@@ -5,7 +5,9 @@
 
 FILE is a cubin (or an object with one; cuobjdump extracts it) or nvdisasm's text. The kernel is the
 first function whose mangled name matches KERNEL_REGEX. Its main loop is the backward branch whose
-body holds the most HGMMA (tensor) instructions, or, without any, the most instructions. Every
+body holds the most HGMMA (tensor) instructions, the shortest such body (a branch back over the
+whole kernel, such as a warp-specialised kernel's cold retry of an mbarrier wait, holds as many),
+or, without any HGMMA, the most instructions. Every
 instruction of the body is counted once, whichever path runs it: a per-item budget of issue slots
 for one thread, as the lessons use it (steps 26 and 33).
 
@@ -132,7 +134,8 @@ def main_loop(instrs, labels):
         if i > j:
             continue
         body = instrs[i:j + 1]
-        key = (sum(classify(x["op"]) == "tensor" for x in body), len(body))
+        tensor = sum(classify(x["op"]) == "tensor" for x in body)
+        key = (tensor, -len(body) if tensor else len(body))
         if best is None or key > best[0]:
             best = (key, i, j)
     if best is None:
