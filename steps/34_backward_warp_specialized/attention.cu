@@ -9,8 +9,8 @@
 //                Warpgroups 1 and 2 are the consumers, step 33's two warpgroups; setmaxnreg gives
 //                them 240 registers and the producer 24.
 //   handshakes   per stage a "full" mbarrier (the copy engine's bytes and the producer warp's 32
-//                arrivals) and an "empty" one (the 8 consumer warps, once their products of the
-//                item are done). The __syncthreads at the start of each item is gone: each warp waits
+//                arrivals) and an "empty" one (the 256 consumer threads, once their products of the
+//                item are done: each thread's arrival releases its own loads of the LSE and D). The __syncthreads at the start of each item is gone: each warp waits
 //                for its data alone.
 //   dSᵀ          in two tiles, item t in tile t % 2: the consumers' one remaining barrier per item
 //                (both halves of dSᵀ are stored, before dQ reads them) also says the other
@@ -411,7 +411,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   float* const dq_stages = lse_d_tiles + STAGES * 2 * BLOCK_M;                      // CONSUMERS × (64, DQ_PITCH)
   // The handshakes: "kv" (K and V have landed), per stage "full" (the item's Q and dO have landed,
   // the copy engine's bytes and the producer warp's 32 arrivals, one per lane after its LSE and D
-  // stores) and "empty" (every consumer warp is done with the stage: 8 arrivals).
+  // stores) and "empty" (every consumer thread is done with the stage: 256 arrivals).
   __shared__ uint64_t kv_full, full[STAGES], empty[STAGES];
   auto bar = [](uint64_t& b) { return uint32_t(__cvta_generic_to_shared(&b)); };
 
@@ -442,7 +442,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     ptx::mbarrier_init(bar(kv_full), 1);
     for (int stage = 0; stage < STAGES; ++stage) {
       ptx::mbarrier_init(bar(full[stage]), 32);
-      ptx::mbarrier_init(bar(empty[stage]), 4 * Cfg::CONSUMERS);
+      ptx::mbarrier_init(bar(empty[stage]), CONSUMER_THREADS);
     }
     ptx::fence_mbarrier_init();
   }
@@ -566,7 +566,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
         d_panel);
     ptx::wgmma_commit();
     wait_for<0>(dq, dv, dk, p_frag, ds_frag);                     // every product of item t is done ...
-    if (lane_id() == 0) ptx::mbarrier_arrive(bar(empty[stage]));  // ... and this warp's reads of the stage
+    // ... and this thread's reads of the stage: every consumer thread arrives for its own reads (a
+    // lane's arrival releases that lane's loads of the LSE and D only, not its neighbours').
+    ptx::mbarrier_arrive(bar(empty[stage]));
     // Deterministic: wait for this block's turn on the Q tile (its KV tile number, step 18), add,
     // pass it on. The consumers' first thread holds the turn; the consumers' barrier shares it.
     int* const turnstile = turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows);
