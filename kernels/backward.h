@@ -103,11 +103,9 @@ __global__ void __launch_bounds__(kStreamThreads) convert_dq_kernel(const Backwa
 /// Issues the copies of one work item, query head h's Q tile m_block of batch b: its Q and dO rows
 /// into q_t and do_t (rows past N_q as zeros: their scores are masked, so their P is 0), and its
 /// rows' LSE (exp2 units) and D into lse_d, BLOCK_M floats each, LSE first. All NUM_THREADS
-/// threads call it; the copies join their current cp.async group. ONE_SHOT (step 33, the Hopper
-/// backward): the LSE and D by one copy per thread, where the loop, which the compiler cannot see
-/// runs once, is unrolled four ways (about 60 instructions per item); the mma.sync backward keeps
-/// step 23's loop.
-template <int NUM_THREADS, bool ONE_SHOT = false, int BLOCK_M, typename Layout>
+/// threads call it; the copies join their current cp.async group. The mma.sync backward's (step 23's
+/// copies); the Hopper backward loads through a producer warp (step 34).
+template <int NUM_THREADS, int BLOCK_M, typename Layout>
 __device__ __forceinline__ void load_work_item(const BackwardParams& bp, int64_t b, int64_t h, int m_block,
                                                tile::SmemTile<BLOCK_M, Layout> q_t,
                                                tile::SmemTile<BLOCK_M, Layout> do_t, float* lse_d, const float* lse2,
@@ -121,17 +119,11 @@ __device__ __forceinline__ void load_work_item(const BackwardParams& bp, int64_t
   tile::load_tile_async<NUM_THREADS>(do_t, do_head + int64_t(m_start) * bp.do_stride.seq, bp.do_stride.seq,
                                      min(BLOCK_M, n_q - m_start));
   const int64_t row0 = (b * params.heads_q + h) * n_q + m_start;
-  auto copy = [&](int i) {
+  for (int i = int(threadIdx.x); i < 2 * BLOCK_M; i += NUM_THREADS) {
     const int r = i % BLOCK_M;
     const bool valid = m_start + r < n_q;
     const float* src = (i < BLOCK_M ? lse2 : delta) + (valid ? row0 + r : 0);
     ptx::cp_async_4(uint32_t(__cvta_generic_to_shared(lse_d + i)), src, valid);
-  };
-  if constexpr (ONE_SHOT) {
-    static_assert(2 * BLOCK_M <= NUM_THREADS, "one float per thread");
-    if (int(threadIdx.x) < 2 * BLOCK_M) copy(int(threadIdx.x));
-  } else {
-    for (int i = int(threadIdx.x); i < 2 * BLOCK_M; i += NUM_THREADS) copy(i);
   }
 }
 

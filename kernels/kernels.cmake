@@ -170,19 +170,20 @@ if(FA_BUILD_TESTS)
   endif()
 endif()
 
-# The Hopper backward's rules: step 24's (wgmma only, cp.async, 16-byte dQ atomics only, no local
-# memory) and step 33's instruction counts per configuration (step 24's kernel on step 33's diet).
+# The Hopper backward's rules: step 34's (wgmma only, TMA loads behind mbarriers, setmaxnreg, no
+# cp.async, 16-byte dQ atomics only, no local memory) and step 34's instruction counts per
+# configuration (step 24's kernel on step 33's diet, warp-specialised as step 34).
 if(FA_BUILD_TESTS)
-  fa_sass_check_command(cmd fa_kernel_bwd_hopper REQUIRE HGMMA LDGSTS REDG.E.ADD.F32x4
-                        FORBID HMMA LDSM REDG.E.ADD.F32 REDG.E.ADD.F32x2 KERNEL backward_kernel)
+  fa_sass_check_command(cmd fa_kernel_bwd_hopper REQUIRE HGMMA UTMALDG SYNCS USETMAXREG REDG.E.ADD.F32x4
+                        FORBID HMMA LDSM LDGSTS REDG.E.ADD.F32 REDG.E.ADD.F32x2 KERNEL backward_kernel)
   add_test(NAME static.kernels.bwd_hopper COMMAND ${cmd})
   set_tests_properties(static.kernels.bwd_hopper PROPERTIES LABELS "static;kernels")
-  if(Python3_Interpreter_FOUND AND TARGET fa_step33)
-    add_test(NAME static.kernels.bwd_hopper.same_as_step33
+  if(Python3_Interpreter_FOUND AND TARGET fa_step34)
+    add_test(NAME static.kernels.bwd_hopper.same_as_step34
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
-                     --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_hopper> --step $<TARGET_OBJECTS:fa_step33>
-                     --ins HGMMA LDGSTS MUFU.EX2 RED REDG BAR.SYNC --head-dims ${FA_HEAD_DIMS})
-    set_tests_properties(static.kernels.bwd_hopper.same_as_step33 PROPERTIES LABELS "static;kernels")
+                     --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_hopper> --step $<TARGET_OBJECTS:fa_step34>
+                     --ins HGMMA UTMALDG SYNCS.ARRIVE MUFU.EX2 RED REDG BAR.SYNC --head-dims ${FA_HEAD_DIMS})
+    set_tests_properties(static.kernels.bwd_hopper.same_as_step34 PROPERTIES LABELS "static;kernels")
   endif()
 endif()
 
