@@ -1,19 +1,18 @@
 // The production backward on Hopper (sm_90a), generalised from step 24, put on step 33's
 // instruction diet (wgmma descriptors advanced by addition, the warp index warp-uniform, the dQ
-// atomics' and dSᵀ stores' addresses not hoisted), warp-specialised as step 34 and with step 35's dQ
-// warp: a producer warp loads K and V once and each work item's Q and dO through TMA and its LSE and
-// D rows by its lanes, behind full/empty mbarriers; two consumer warpgroups of 64 keys each compute
-// the five products as wgmma, Pᵀ and dSᵀ from registers into dV and dK, dQ = dS·K from dSᵀ in shared
-// memory (two tiles) read transposed, and stage dQ's products for a warp of their own that adds
-// them with 16-byte atomics (and holds the deterministic mode's turnstiles, the Q tiles walked
-// down). Not a lesson: the steps never include it. The Hopper production kernel
+// atomics' and dSᵀ stores' addresses not hoisted) and warp-specialised as step 34: a producer warp
+// loads K and V once and each work item's Q and dO through TMA and its LSE and D rows by its lanes,
+// behind full/empty mbarriers; two consumer warpgroups of 64 keys each compute the five products as
+// wgmma, Pᵀ and dSᵀ from registers into dV and dK, dQ = dS·K from dSᵀ in shared memory (two tiles)
+// read transposed, staged and added with 16-byte atomics; the deterministic mode's turnstiles with
+// the Q tiles walked down. Not a lesson: the steps never include it. The Hopper production kernel
 // (kernels/fwd_hopper.cu) registers it as its backward. What the lesson hard-wired is a policy:
 //
 //   Mask      which Q tiles see a KV tile, and the element test the backward re-applies
 //             (kernels/mask.h): by default the call's causal flag, either alignment, as the steps.
 //
-// With the default policy it computes what step 35 computes with step 35's instructions
-// (static.kernels.bwd_hopper.same_as_step35 compares the counts). The preprocess and the convert
+// With the default policy it computes what step 34 computes with step 34's instructions
+// (static.kernels.bwd_hopper.same_as_step34 compares the counts). The preprocess and the convert
 // are kernels/backward.h's, shared with the mma.sync backward.
 #include <cuda_bf16.h>
 
@@ -93,17 +92,10 @@ struct BwdTileMaps {
   CUtensorMap d_o;
 };
 
-// Where the dQ warp adds a staged item: the accumulator's row (B·H_q·N_q + m_start), the Q tile's
-// turnstile (deterministic mode), and the rows before N_q.
-struct DqItem {
-  int64_t row;
-  int64_t turnstile;
-  int valid_rows;
-};
-
-// The named barrier of the consumers together (0 is __syncthreads', which no role may use once the
-// roles have split).
+// Named barriers (0 is __syncthreads', which no role may use once the roles have split): the
+// consumers together, and each consumer alone.
 constexpr int kConsumersBarrier = 1;
+constexpr int kConsumerBarrier0 = 2;  // + consumer index
 
 // 2. The main kernel: grid = (KV tiles, B·H_kv). DETERMINISTIC: every Q tile's dQ additions are
 // made block by block in the order of the KV tiles, through that tile's turnstile.
@@ -125,15 +117,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   float* const lse_d_tiles =
       reinterpret_cast<float*>(dst_tiles.ptr + 2 * BLOCK_N * DsLayout::kRowElems);  // STAGES × [LSE, D]
   float* const dq_stages = lse_d_tiles + STAGES * 2 * BLOCK_M;                      // CONSUMERS × (64, DQ_PITCH)
-  // Where the staged products go: written by the consumers' first thread with them, read by the
-  // dQ warp, under the same two mbarriers.
-  __shared__ DqItem dq_item[1];
   // The handshakes: "kv" (K and V have landed), per stage "full" (the item's Q and dO have landed,
   // the copy engine's bytes and the producer warp's 32 arrivals, one per lane after its LSE and D
   // stores) and "empty" (every consumer thread is done with the stage: 256 arrivals).
-  // And for dQ's stage: "dq_full" (both consumers' products are in it: 256 arrivals, one per thread
-  // after its stores) and "dq_empty" (the dQ warp has read it: 32 arrivals).
-  __shared__ uint64_t kv_full, full[STAGES], empty[STAGES], dq_full, dq_empty;
+  __shared__ uint64_t kv_full, full[STAGES], empty[STAGES];
   auto bar = [](uint64_t& b) { return uint32_t(__cvta_generic_to_shared(&b)); };
 
   // The warp index from lane 0, warp-uniform as in step 33.
@@ -162,8 +149,6 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       ptx::mbarrier_init(bar(full[stage]), 32);
       ptx::mbarrier_init(bar(empty[stage]), CONSUMER_THREADS);
     }
-    ptx::mbarrier_init(bar(dq_full), CONSUMER_THREADS);
-    ptx::mbarrier_init(bar(dq_empty), 32);
     ptx::fence_mbarrier_init();
   }
   __syncthreads();  // the last block-wide barrier: from here on the roles meet on mbarriers only
@@ -173,45 +158,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   // bulk copy needs), each item as soon as its stage is free.
   if (role == 0) {
     ptx::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
-    if (warp > 1 || items == 0) return;  // no item: no load, and nothing in flight at the exit
+    if (warp != 0 || items == 0) return;  // no item: no load, and nothing in flight at the exit
     const int lane = lane_id();
-    if (warp == 1) {
-      // ---- the dQ warp: item by item, once both consumers' products are in the stage, adds them
-      // into dQ's accumulator (times c) with 16-byte atomics, and hands the stage back. In the
-      // deterministic mode it holds the block's turn on the Q tile while it adds. Where to add
-      // comes with the products (dq_item): the warp keeps no walk of its own, at 24 registers.
-      for (int t = 0; t < items; ++t) {
-        mbarrier_wait(bar(dq_full), t % 2);  // item t's products are staged
-        const DqItem item = *dq_item;
-        if constexpr (DETERMINISTIC) {
-          if (lane == 0)
-            while (ptx::ld_acquire_gpu(turnstiles + item.turnstile) != int(blockIdx.x)) {
-            }
-          __syncwarp();  // the warp is after the acquire
-        }
-        float* const dq_row0 = dq_accum + item.row * HEAD_DIM;
-        // Each panel's addresses from a lane index the compiler cannot see through, computed at its
-        // atomics (held across both panels, they do not fit in 24 registers).
-        if constexpr (Cfg::KEY_SPLITS == 1) {
-#pragma unroll 1
-          for (int panel = 0; panel < Cfg::D_PANELS; ++panel)
-            atomic_add_tile_x4<64, 64, 32>(dq_row0 + 64 * panel, HEAD_DIM, dq_stages + panel * Cfg::DQ_STAGE_FLOATS,
-                                           Cfg::DQ_PITCH, scale_log2 / kLog2e, item.valid_rows,
-                                           int(opaque_thread_index() % 32));
-        } else {
-          atomic_add_tile_x4<64, 64, 32, Cfg::KEY_SPLITS>(dq_row0, HEAD_DIM, dq_stages, Cfg::DQ_PITCH,
-                                                          scale_log2 / kLog2e, item.valid_rows,
-                                                          int(opaque_thread_index() % 32), Cfg::DQ_STAGE_FLOATS);
-        }
-        if constexpr (DETERMINISTIC) {
-          __syncwarp();  // every lane's additions are issued before the turn is passed on
-          // (the turnstile's index read again: dq_item stays until the stage is handed back)
-          if (lane == 0) ptx::st_release_gpu(turnstiles + dq_item->turnstile, int(blockIdx.x) + 1);
-        }
-        ptx::mbarrier_arrive(bar(dq_empty));  // this lane's reads of the stage are done
-      }
-      return;
-    }
     if (lane == 0) {
       ptx::mbarrier_arrive_expect_tx(bar(kv_full), 2 * BLOCK_N * HEAD_DIM * 2);
       load_tile_tma(kv_tiles, &maps.qkv.k, n_start, int(h_kv), int(b), bar(kv_full));
@@ -250,8 +198,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   // key_split (D = 128: panel wg over all keys; D = 64: panel 0 over the consumer's own keys).
   const int wg_key0 = wg * Cfg::KEYS_PER_WARPGROUP, key_row0 = 16 * cwarp, key0 = n_start + key_row0;
   const int d_panel = wg / Cfg::KEY_SPLITS, key_split = wg % Cfg::KEY_SPLITS;
-  const int kv_rows = min(BLOCK_N, n_kv - n_start);
   const int64_t turnstiles_per_head = (n_q + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows;
+  const int kv_rows = min(BLOCK_N, n_kv - n_start);
 
   // ---- init state: dK and dV of the warp's 16 keys × HEAD_DIM columns, fp32 wgmma accumulators.
   Acc<HEAD_DIM> dk = zeros<HEAD_DIM>(), dv = zeros<HEAD_DIM>();
@@ -324,14 +272,35 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     // ... and this thread's reads of the stage: every consumer thread arrives for its own reads (a
     // lane's arrival releases that lane's loads of the LSE and D only, not its neighbours').
     ptx::mbarrier_arrive(bar(empty[stage]));
-    // The product to dQ's stage, once the dQ warp has read item t − 1's from it; then handed over.
-    // No barrier among the consumers: each thread's arrival releases its own stores.
-    if (t > 0) mbarrier_wait(bar(dq_empty), (t - 1) % 2);
+    // Deterministic: wait for this block's turn on the Q tile (its KV tile number), add, pass it on. The consumers'
+    // first thread holds the turn; the consumers' barrier shares it.
+    int* const turnstile = turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows);
+    if constexpr (DETERMINISTIC) {
+      if (cwarp == 0 && lane_id() == 0)
+        while (ptx::ld_acquire_gpu(turnstile) != int(blockIdx.x)) {
+        }
+      ptx::named_barrier_sync(kConsumersBarrier, CONSUMER_THREADS);  // every consumer is after the acquire
+    }
+    // The product goes to shared memory, then into dQ's accumulator with 16-byte atomics. dQ's
+    // accumulator rows are HEAD_DIM floats from the start of the workspace (16-byte aligned,
+    // validated), a product's columns start at a multiple of 64: every chunk is 16-byte aligned.
+    float* const dq_row0 = dq_accum + (bh * n_q + m_start) * HEAD_DIM;
     store_rows_f32(dq_stages + wg * Cfg::DQ_STAGE_FLOATS, Cfg::DQ_PITCH, dq, 16 * (cwarp % 4));
-    if (cwarp == 0 && lane_id() == 0)
-      *dq_item =
-          DqItem{bh * n_q + m_start, bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows), n_q - m_start};
-    ptx::mbarrier_arrive(bar(dq_full));
+    if constexpr (Cfg::KEY_SPLITS == 1) {
+      ptx::named_barrier_sync(kConsumerBarrier0 + wg, 128);  // the consumer's product is whole
+      atomic_add_tile_x4<64, 64, 128>(dq_row0 + 64 * d_panel, HEAD_DIM, dq_stages + wg * Cfg::DQ_STAGE_FLOATS,
+                                      Cfg::DQ_PITCH, scale_log2 / kLog2e, n_q - m_start,
+                                      int(opaque_thread_index() % 128));  // addresses computed here
+    } else {
+      ptx::named_barrier_sync(kConsumersBarrier, CONSUMER_THREADS);  // both partial products are whole
+      atomic_add_tile_x4<64, 64, CONSUMER_THREADS, Cfg::KEY_SPLITS>(
+          dq_row0, HEAD_DIM, dq_stages, Cfg::DQ_PITCH, scale_log2 / kLog2e, n_q - m_start,
+          int(opaque_thread_index() - 128), Cfg::DQ_STAGE_FLOATS);
+    }
+    if constexpr (DETERMINISTIC) {
+      ptx::named_barrier_sync(kConsumersBarrier, CONSUMER_THREADS);  // every addition issued before the pass
+      if (cwarp == 0 && lane_id() == 0) ptx::st_release_gpu(turnstile, int(blockIdx.x) + 1);
+    }
   }
 
   // ---- store: dK = c · Σ dSᵀ·Q and dV, bf16, rows past N_kv not written.

@@ -171,19 +171,19 @@ if(FA_BUILD_TESTS)
 endif()
 
 # The Hopper backward's rules: step 34's (wgmma only, TMA loads behind mbarriers, setmaxnreg, no
-# cp.async, 16-byte dQ atomics only, no local memory) and step 35's instruction counts per
-# configuration (step 24's kernel on step 33's diet, warp-specialised as step 34, step 35's dQ warp).
+# cp.async, 16-byte dQ atomics only, no local memory) and step 34's instruction counts per
+# configuration (step 24's kernel on step 33's diet, warp-specialised as step 34).
 if(FA_BUILD_TESTS)
   fa_sass_check_command(cmd fa_kernel_bwd_hopper REQUIRE HGMMA UTMALDG SYNCS USETMAXREG REDG.E.ADD.F32x4
                         FORBID HMMA LDSM LDGSTS REDG.E.ADD.F32 REDG.E.ADD.F32x2 KERNEL backward_kernel)
   add_test(NAME static.kernels.bwd_hopper COMMAND ${cmd})
   set_tests_properties(static.kernels.bwd_hopper PROPERTIES LABELS "static;kernels")
-  if(Python3_Interpreter_FOUND AND TARGET fa_step35)
-    add_test(NAME static.kernels.bwd_hopper.same_as_step35
+  if(Python3_Interpreter_FOUND AND TARGET fa_step34)
+    add_test(NAME static.kernels.bwd_hopper.same_as_step34
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
-                     --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_hopper> --step $<TARGET_OBJECTS:fa_step35>
+                     --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_hopper> --step $<TARGET_OBJECTS:fa_step34>
                      --ins HGMMA UTMALDG SYNCS.ARRIVE MUFU.EX2 RED REDG BAR.SYNC --head-dims ${FA_HEAD_DIMS})
-    set_tests_properties(static.kernels.bwd_hopper.same_as_step35 PROPERTIES LABELS "static;kernels")
+    set_tests_properties(static.kernels.bwd_hopper.same_as_step34 PROPERTIES LABELS "static;kernels")
   endif()
 endif()
 
