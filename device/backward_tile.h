@@ -207,15 +207,12 @@ __device__ __forceinline__ void store_rows_f32_swizzled(float* tile, const Acc<C
 /// `atomicAdd(float4*, float4)`; before sm_90, four scalar ones). Few registers, whatever the
 /// tile's size: a kernel whose accumulators fill the register file adds its dQ this way (step 24).
 /// dst and the stride must keep every row 16-byte aligned, the tile's rows too (pitch % 4 == 0).
-/// UNROLL: the chunks' loop unrolled that many times (0: fully), for a warp with few registers that
-/// runs many chunks each (step 35's dQ warp: 64 a lane at 24 registers).
-template <int ROWS, int COLS, int THREADS, int SUMMANDS = 1, int UNROLL = 0>
+template <int ROWS, int COLS, int THREADS, int SUMMANDS = 1>
 __device__ __forceinline__ void atomic_add_tile_x4(float* dst, int64_t stride, const float* tile, int pitch,
                                                    float scale, int valid_rows, int tid, int summand_stride = 0) {
   constexpr int kChunksPerRow = COLS / 4, kChunks = ROWS * kChunksPerRow;
   static_assert(COLS % 4 == 0 && kChunks % THREADS == 0, "whole 16-byte chunks, evenly over the threads");
-  constexpr int kUnroll = UNROLL > 0 ? UNROLL : kChunks / THREADS;
-#pragma unroll kUnroll
+#pragma unroll
   for (int i = 0; i < kChunks / THREADS; ++i) {
     const int chunk = tid + i * THREADS, row = chunk / kChunksPerRow, col = 4 * (chunk % kChunksPerRow);
     if (row >= valid_rows) continue;
