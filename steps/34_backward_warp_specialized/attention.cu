@@ -10,8 +10,9 @@
 //                them 240 registers and the producer 24.
 //   handshakes   per stage a "full" mbarrier (the copy engine's bytes and the producer warp's 32
 //                arrivals) and an "empty" one (the 256 consumer threads, once their products of the
-//                item are done: each thread's arrival releases its own loads of the LSE and D). The __syncthreads at
-//                the start of each item is gone: each warp waits for its data alone.
+//                item are done: each thread's arrival releases its own loads of the LSE and D).
+//                The __syncthreads at the start of each item is gone: each warp waits for its
+//                data alone.
 //   dSᵀ          in two tiles, item t in tile t % 2: the consumers' one remaining barrier per item
 //                (both halves of dSᵀ are stored, before dQ reads them) also says the other
 //                consumer's dQ of item t − 1 is done, so the tile it read can be written again.
