@@ -24,6 +24,7 @@
 #include <string>
 
 #include "device/ptx/cp_async.h"
+#include "device/ptx/sm90.h"  // named_barrier_sync
 #include "device/ptx/sync.h"
 #include "device/row_slice.h"
 #include "device/smem_tile.h"
@@ -129,25 +130,34 @@ __device__ __forceinline__ void load_work_item(const BackwardParams& bp, int64_t
 
 /// The deterministic mode's turn on a Q tile's dQ (step 18's turnstiles): the KV tiles that see a
 /// Q tile are 0, 1, ..., some last one, so block n_block's turn is n_block. wait() before the
-/// block's additions (one thread spins with acquire, then the whole block passes a barrier);
+/// block's additions (one thread spins with acquire, then the threads that add pass a barrier);
 /// pass() after them (a barrier, then one thread releases the next turn). Each element of dQ then
 /// receives its additions in the same order on every run. Without DETERMINISTIC, both are empty.
-template <bool DETERMINISTIC>
+/// The threads that add are the whole block (BARRIER_THREADS = 0: __syncthreads, thread 0 holds the
+/// turn), or, in a warp-specialised kernel, BARRIER_THREADS of them meeting at named barrier
+/// BARRIER_ID, their first (thread LEADER) holding the turn.
+template <bool DETERMINISTIC, int BARRIER_ID = 0, int BARRIER_THREADS = 0, int LEADER = 0>
 struct DqTurn {
   int* turnstile;
   int turn;
+  __device__ __forceinline__ static void barrier() {
+    if constexpr (BARRIER_THREADS == 0)
+      __syncthreads();
+    else
+      ptx::named_barrier_sync(BARRIER_ID, BARRIER_THREADS);
+  }
   __device__ __forceinline__ void wait() const {
     if constexpr (DETERMINISTIC) {
-      if (threadIdx.x == 0)
+      if (threadIdx.x == LEADER)
         while (ptx::ld_acquire_gpu(turnstile) != turn) {
         }
-      __syncthreads();  // the whole block is after the acquire
+      barrier();  // every thread that adds is after the acquire
     }
   }
   __device__ __forceinline__ void pass() const {
     if constexpr (DETERMINISTIC) {
-      __syncthreads();  // every warp's additions are issued before the turn is passed on
-      if (threadIdx.x == 0) ptx::st_release_gpu(turnstile, turn + 1);
+      barrier();  // every warp's additions are issued before the turn is passed on
+      if (threadIdx.x == LEADER) ptx::st_release_gpu(turnstile, turn + 1);
     }
   }
 };

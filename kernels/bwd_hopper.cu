@@ -272,15 +272,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     // ... and this thread's reads of the stage: every consumer thread arrives for its own reads (a
     // lane's arrival releases that lane's loads of the LSE and D only, not its neighbours').
     ptx::mbarrier_arrive(bar(empty[stage]));
-    // Deterministic: wait for this block's turn on the Q tile (its KV tile number), add, pass it on. The consumers'
-    // first thread holds the turn; the consumers' barrier shares it.
-    int* const turnstile = turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows);
-    if constexpr (DETERMINISTIC) {
-      if (cwarp == 0 && lane_id() == 0)
-        while (ptx::ld_acquire_gpu(turnstile) != int(blockIdx.x)) {
-        }
-      ptx::named_barrier_sync(kConsumersBarrier, CONSUMER_THREADS);  // every consumer is after the acquire
-    }
+    // Deterministic: wait for this block's turn on the Q tile (its KV tile number), add, pass it on.
+    // The consumers' first thread holds the turn; the consumers' barrier shares it.
+    const bwd_common::DqTurn<DETERMINISTIC, kConsumersBarrier, CONSUMER_THREADS, /*LEADER=*/128> turn{
+        turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows), int(blockIdx.x)};
+    turn.wait();
     // The product goes to shared memory, then into dQ's accumulator with 16-byte atomics. dQ's
     // accumulator rows are HEAD_DIM floats from the start of the workspace (16-byte aligned,
     // validated), a product's columns start at a multiple of 64: every chunk is 16-byte aligned.
@@ -297,10 +293,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
           dq_row0, HEAD_DIM, dq_stages, Cfg::DQ_PITCH, scale_log2 / kLog2e, n_q - m_start,
           int(opaque_thread_index() - 128), Cfg::DQ_STAGE_FLOATS);
     }
-    if constexpr (DETERMINISTIC) {
-      ptx::named_barrier_sync(kConsumersBarrier, CONSUMER_THREADS);  // every addition issued before the pass
-      if (cwarp == 0 && lane_id() == 0) ptx::st_release_gpu(turnstile, int(blockIdx.x) + 1);
-    }
+    turn.pass();
   }
 
   // ---- store: dK = c · Σ dSᵀ·Q and dV, bf16, rows past N_kv not written.
