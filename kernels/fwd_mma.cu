@@ -194,14 +194,16 @@ struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
     // One configuration's window kernel spills on sm_90 (D = 64, <128, 128, 2>: 8 bytes): a window
-    // call asked of it runs its neighbour <128, 64, 2>'s (the same queries per block, 64-key tiles).
-    if constexpr (HEAD_DIM == 64 && Cfg::BLOCK_M == 128 && Cfg::BLOCK_N == 128 && Cfg::STAGES == 2)
+    // call asked of it runs its neighbour <128, 64, 2>'s (the same queries per block, 64-key tiles),
+    // and it has no window kernel of its own.
+    constexpr bool kWindowElsewhere = HEAD_DIM == 64 && Cfg::BLOCK_M == 128 && Cfg::BLOCK_N == 128 && Cfg::STAGES == 2;
+    if constexpr (kWindowElsewhere)
       if (p.has_window()) return launch<HEAD_DIM, Config<128, 64, 2>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     // A sliding window runs kernels of its own (WindowFlag: the range starts past tile 0, masked
     // tiles at both ends); every other call the default policy's.
     auto kernel = attention_kernel<HEAD_DIM, Cfg>;
-    if constexpr (!(HEAD_DIM == 64 && Cfg::BLOCK_M == 128 && Cfg::BLOCK_N == 128 && Cfg::STAGES == 2))
+    if constexpr (!kWindowElsewhere)
       if (p.has_window()) kernel = attention_kernel<HEAD_DIM, Cfg, WindowFlag>;
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     dim3 grid;
