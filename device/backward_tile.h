@@ -182,8 +182,10 @@ __device__ __forceinline__ void store_rows_f32(float* tile, int pitch, const Acc
 /// at chunk k ^ (r % 8) (the 128-byte swizzle, library/tma.h's make_accum_map). Rows g and g + 1
 /// of a store land on different chunks, so a warp's 8-byte stores take two wavefronts, the minimum
 /// for 256 bytes, with no padding (a TMA box has none). `tile` must be 1024-byte aligned, and row0
-/// a multiple of 8 (the lane's rows then sit at swizzle row g).
-template <int ROWS, int C>
+/// a multiple of 8 (the lane's rows then sit at swizzle row g). ACCUMULATE: += instead of =, each
+/// lane reading back only what it writes (step 36 sums two warpgroups' partial products this way,
+/// the second one's lanes on the first one's elements).
+template <int ROWS, bool ACCUMULATE = false, int C>
 __device__ __forceinline__ void store_rows_f32_swizzled(float* tile, const Acc<C>& x, int row0, float scale) {
   static_assert(C % 32 == 0, "whole 32-column boxes");
   const int lane = lane_id(), g = lane / 4, t = lane % 4;
@@ -195,8 +197,16 @@ __device__ __forceinline__ void store_rows_f32_swizzled(float* tile, const Acc<C
 #pragma unroll
   for (int f = 0; f < C / 8; ++f) {
     const int at = (base ^ (8 * (f % 4))) + (f / 4) * ROWS * 32;
-    *reinterpret_cast<float2*>(tile + at) = make_float2(scale * x.c[f][0], scale * x.c[f][1]);
-    *reinterpret_cast<float2*>(tile + at + 8 * 32) = make_float2(scale * x.c[f][2], scale * x.c[f][3]);
+    float2* const upper = reinterpret_cast<float2*>(tile + at);
+    float2* const lower = reinterpret_cast<float2*>(tile + at + 8 * 32);
+    float2 a = make_float2(scale * x.c[f][0], scale * x.c[f][1]), b = make_float2(scale * x.c[f][2], scale * x.c[f][3]);
+    if constexpr (ACCUMULATE) {
+      const float2 a0 = *upper, b0 = *lower;
+      a = make_float2(a0.x + a.x, a0.y + a.y);
+      b = make_float2(b0.x + b.x, b0.y + b.y);
+    }
+    *upper = a;
+    *lower = b;
   }
 }
 

@@ -46,6 +46,13 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+/// Arrives on hardware barrier `id` for `threads` threads without waiting: the producer's half of
+/// a one-way handshake whose consumers call named_barrier_sync with the same count (step 36: one
+/// warpgroup's stores, read next by the other's).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 }  // namespace fa::ptx
 
 #endif  // __CUDACC__
