@@ -4,15 +4,27 @@
 // loads K and V once and each work item's Q and dO through TMA and its LSE and D rows by its lanes,
 // behind full/empty mbarriers; two consumer warpgroups of 64 keys each compute the five products as
 // wgmma, Pᵀ and dSᵀ from registers into dV and dK, dQ = dS·K from dSᵀ in shared memory (two tiles)
-// read transposed, staged and added with 16-byte atomics; the deterministic mode's turnstiles with
-// the Q tiles walked down. Not a lesson: the steps never include it. The Hopper production kernel
+// read transposed and staged in shared memory; the deterministic mode's turnstiles with the Q tiles
+// walked down. Two ways dQ's staged products reach its accumulator, chosen per head dim and mode
+// by what the H200 measured (BwdConfig::dq_warp):
+//
+//   step 36's     the producer warpgroup's second warp has the copy engine add them (a bulk
+//                 reduce-add per box, two stages in TMA's swizzle, D = 64's two partial products
+//                 summed in the stage): D = 128 (1.07-1.20x step 34) and every deterministic call
+//                 (1.20-1.36x), where no compute thread then waits for a turn;
+//   step 34's     each consumer adds its own with 16-byte atomics: D = 64, not deterministic, where
+//                 step 36 measured 0.97-0.99x step 34 (the second consumer's sum sits on the
+//                 critical path).
+//
+// Not a lesson: the steps never include it. The Hopper production kernel
 // (kernels/fwd_hopper.cu) registers it as its backward. What the lesson hard-wired is a policy:
 //
 //   Mask      which Q tiles see a KV tile, and the element test the backward re-applies
 //             (kernels/mask.h): by default the call's causal flag, either alignment, as the steps.
 //
-// With the default policy it computes what step 34 computes with step 34's instructions
-// (static.kernels.bwd_hopper.same_as_step34 compares the counts). The preprocess and the convert
+// With the default policy it computes what steps 36 and 34 compute with their instructions
+// (static.kernels.bwd_hopper.same_as_step36 and .same_as_step34 compare the counts, each on the
+// configurations that take its way). The preprocess and the convert
 // are kernels/backward.h's, shared with the mma.sync backward.
 #include <cuda_bf16.h>
 
@@ -73,29 +85,53 @@ struct BwdConfig {
   using QLayout = WgmmaLayout<BLOCK_M, HEAD_DIM>;   // Q and dO: (BLOCK_M, HEAD_DIM)
   using KVLayout = WgmmaLayout<BLOCK_N, HEAD_DIM>;  // K and V: (BLOCK_N, HEAD_DIM)
   using DsLayout = WgmmaLayout<BLOCK_N, BLOCK_M>;   // dSᵀ: (BLOCK_N keys, BLOCK_M queries)
-  // dQ's (64, 64) product per consumer is staged in shared memory, fp32 rows of 64 + 8 floats (the
-  // 8 keep the fragment stores at two wavefronts), and added into global memory from there.
+  // Who adds dQ's staged products (the header): the dQ warp through the copy engine, or the
+  // consumers with atomics.
+  __host__ __device__ static constexpr bool dq_warp(bool deterministic) { return HEAD_DIM == 128 || deterministic; }
+  // dQ's (64, 64) product per consumer is staged in shared memory. For the atomics: fp32 rows of
+  // 64 + 8 floats (the 8 keep the fragment stores at two wavefronts), one stage. For the copy
+  // engine: two (BLOCK_M, 32) boxes in the 128-byte swizzle (no padding, 1024-byte aligned), two
+  // stages (the consumers stage item t while the copy engine still reads item t − 1's).
   static constexpr int DQ_PITCH = 64 + 8;
-  static constexpr int DQ_STAGE_FLOATS = 64 * DQ_PITCH;  // one consumer's product
+  static constexpr int DQ_STAGE_FLOATS = 64 * DQ_PITCH;  // one consumer's product, padded
+  static constexpr int DQ_BOX_FLOATS = BLOCK_M * 64;     // one consumer's product, swizzled
+  static constexpr int DQ_STAGES = 2;
+  __host__ __device__ static constexpr int dq_stage_floats(bool dq_warp) {
+    return dq_warp ? DQ_STAGES * CONSUMERS * DQ_BOX_FLOATS : CONSUMERS * DQ_STAGE_FLOATS;
+  }
   // Shared memory: K, V, STAGES × [Q, dO], two dSᵀ tiles, bf16 in wgmma's swizzle (each tile a
-  // multiple of 1024 bytes, so every one starts on a swizzle-atom boundary); then STAGES × [the Q
-  // tile's LSE (exp2 units), D] and the dQ products, fp32; and 1 KiB to align the start.
-  static constexpr int smem_bytes() {
+  // multiple of 1024 bytes, so every one starts on a swizzle-atom boundary); then the dQ stages and
+  // STAGES × [the Q tile's LSE (exp2 units), D], fp32; and 1 KiB to align the start. With the dQ
+  // warp 225 KB at D = 128 (of the 227 a block may have), 161 KB at D = 64; else 198 and 134.
+  static constexpr int smem_bytes(bool dq_warp) {
     return kWgmmaAlignment + KVLayout::bytes(2 * BLOCK_N) + QLayout::bytes(STAGES * 2 * BLOCK_M) +
-           DsLayout::bytes(2 * BLOCK_N) + (STAGES * 2 * BLOCK_M + CONSUMERS * DQ_STAGE_FLOATS) * int(sizeof(float));
+           DsLayout::bytes(2 * BLOCK_N) + (dq_stage_floats(dq_warp) + STAGES * 2 * BLOCK_M) * int(sizeof(float));
   }
 };
 
-// The tensor maps of the backward's loads: K and V in boxes of BLOCK_N rows, Q and dO of BLOCK_M.
+// The tensor maps of the backward: K and V in boxes of BLOCK_N rows, Q and dO of BLOCK_M (loads);
+// dQ's fp32 accumulator, (B·H_q, N_q, HEAD_DIM) in (BLOCK_M, 32) boxes (the dQ warp's reduces).
 struct BwdTileMaps {
   QkvTileMaps qkv;
   CUtensorMap d_o;
+  CUtensorMap dq;
+};
+
+// Where the dQ warp adds a staged item: the Q tile's first row and its (batch, query head), the
+// coordinates of dQ's map (rows past N_q are clipped by it), and the Q tile's turnstile
+// (deterministic mode).
+struct DqItem {
+  int m_start;
+  int bh;
+  int64_t turnstile;
 };
 
 // Named barriers (0 is __syncthreads', which no role may use once the roles have split): the
-// consumers together, and each consumer alone.
+// consumers together; each consumer alone (atomics); the first consumer's partial product of dQ
+// staged, for the second to add to its own (dQ warp, D = 64).
 constexpr int kConsumersBarrier = 1;
 constexpr int kConsumerBarrier0 = 2;  // + consumer index
+constexpr int kPartialStagedBarrier = 4;
 
 // 2. The main kernel: grid = (KV tiles, B·H_kv). DETERMINISTIC: every Q tile's dQ additions are
 // made block by block in the order of the KV tiles, through that tile's turnstile.
@@ -108,19 +144,25 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   using QLayout = typename Cfg::QLayout;
   using KVLayout = typename Cfg::KVLayout;
   using DsLayout = typename Cfg::DsLayout;
+  constexpr bool DQ_WARP = Cfg::dq_warp(DETERMINISTIC);
+  constexpr int DQ_STAGES = Cfg::DQ_STAGES;
   const AttentionParams& params = bp.fwd;
   extern __shared__ uint4 smem[];  // 16-byte aligned; wgmma's swizzle atoms need 1024 (below)
   const SmemTile<BLOCK_N, KVLayout> kv_tiles{aligned_for_wgmma(smem)};  // K, V: (BLOCK_N, HEAD_DIM) each
   constexpr int STAGES = Cfg::STAGES;
   const SmemTile<BLOCK_M, QLayout> qdo_tiles{kv_tiles.ptr + 2 * BLOCK_N * KVLayout::kRowElems};  // STAGES × [Q, dO]
   const SmemTile<BLOCK_N, DsLayout> dst_tiles{qdo_tiles.ptr + STAGES * 2 * BLOCK_M * QLayout::kRowElems};  // 2 × dSᵀ
-  float* const lse_d_tiles =
-      reinterpret_cast<float*>(dst_tiles.ptr + 2 * BLOCK_N * DsLayout::kRowElems);  // STAGES × [LSE, D]
-  float* const dq_stages = lse_d_tiles + STAGES * 2 * BLOCK_M;                      // CONSUMERS × (64, DQ_PITCH)
+  float* const dq_stages = reinterpret_cast<float*>(dst_tiles.ptr + 2 * BLOCK_N * DsLayout::kRowElems);
+  float* const lse_d_tiles = dq_stages + Cfg::dq_stage_floats(DQ_WARP);  // STAGES × [LSE, D]
+  // Where each dQ stage's products go (dQ warp): written by the consumers' first thread with them,
+  // read by the dQ warp, under the same two mbarriers.
+  __shared__ DqItem dq_item[DQ_STAGES];
   // The handshakes: "kv" (K and V have landed), per stage "full" (the item's Q and dO have landed,
   // the copy engine's bytes and the producer warp's 32 arrivals, one per lane after its LSE and D
-  // stores) and "empty" (every consumer thread is done with the stage: 256 arrivals).
-  __shared__ uint64_t kv_full, full[STAGES], empty[STAGES];
+  // stores) and "empty" (every consumer thread is done with the stage: 256 arrivals). With the dQ
+  // warp, per dQ stage "dq_full" (both consumers' products are in it: 256 arrivals) and "dq_empty"
+  // (the copy engine has read it: the dQ warp's lane 0).
+  __shared__ uint64_t kv_full, full[STAGES], empty[STAGES], dq_full[DQ_STAGES], dq_empty[DQ_STAGES];
   auto bar = [](uint64_t& b) { return uint32_t(__cvta_generic_to_shared(&b)); };
 
   // The warp index from lane 0, warp-uniform as in step 33.
@@ -149,6 +191,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       ptx::mbarrier_init(bar(full[stage]), 32);
       ptx::mbarrier_init(bar(empty[stage]), CONSUMER_THREADS);
     }
+    if constexpr (DQ_WARP)
+      for (int stage = 0; stage < DQ_STAGES; ++stage) {
+        ptx::mbarrier_init(bar(dq_full[stage]), CONSUMER_THREADS);
+        ptx::mbarrier_init(bar(dq_empty[stage]), 1);
+      }
     ptx::fence_mbarrier_init();
   }
   __syncthreads();  // the last block-wide barrier: from here on the roles meet on mbarriers only
@@ -158,8 +205,47 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   // bulk copy needs), each item as soon as its stage is free.
   if (role == 0) {
     ptx::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
-    if (warp != 0 || items == 0) return;  // no item: no load, and nothing in flight at the exit
+    if (warp > int(DQ_WARP) || items == 0) return;  // no item: no load, and nothing in flight at the exit
     const int lane = lane_id();
+    if constexpr (DQ_WARP) {
+      if (warp == 1) {
+        // ---- the dQ warp, its lane 0 (step 36): item by item, once both consumers' products are
+        // in the stage, has the copy engine add them into dQ's accumulator (they are already
+        // times c), and hands the stage back once the copy engine has read it. Deterministic: the
+        // block's turn on the Q tile is held until the additions are complete in global memory.
+        if (lane != 0) return;
+        for (int t = 0; t < items; ++t) {
+          const int stage = t % DQ_STAGES;
+          mbarrier_wait(bar(dq_full[stage]), (t / DQ_STAGES) % 2);  // item t's products are staged
+          const DqItem item = dq_item[stage];
+          const float* const panels = dq_stages + stage * Cfg::CONSUMERS * Cfg::DQ_BOX_FLOATS;
+          if constexpr (DETERMINISTIC) {
+            while (ptx::ld_acquire_gpu(turnstiles + item.turnstile) != int(blockIdx.x)) {
+            }
+            ptx::fence_proxy_async_global();  // the reduces below come after the acquire
+          }
+          // Panel p (consumer p's product at D = 128, their sum at D = 64) into columns 64·p, two
+          // (64, 32) boxes each; one bulk group per item.
+#pragma unroll
+          for (int box = 0; box < 2 * Cfg::D_PANELS; ++box)
+            ptx::tma_reduce_add_3d(&maps.dq, 32 * box, item.m_start, item.bh,
+                                   uint32_t(__cvta_generic_to_shared(panels + box * BLOCK_M * 32)));
+          ptx::bulk_commit_group();
+          if constexpr (DETERMINISTIC) {
+            ptx::bulk_wait_group<0>();        // complete in global memory ...
+            ptx::fence_proxy_async_global();  // ... before the release publishes them
+            ptx::st_release_gpu(turnstiles + item.turnstile, int(blockIdx.x) + 1);
+            ptx::mbarrier_arrive(bar(dq_empty[stage]));
+          } else {
+            // Item t − 1's reduces have read their stage (item t's may still be reading): hand it back.
+            ptx::bulk_wait_group_read<1>();
+            if (t > 0) ptx::mbarrier_arrive(bar(dq_empty[(t - 1) % DQ_STAGES]));
+          }
+        }
+        ptx::bulk_wait_group<0>();  // every reduce complete before the block (and its shared memory) goes
+        return;
+      }
+    }
     if (lane == 0) {
       ptx::mbarrier_arrive_expect_tx(bar(kv_full), 2 * BLOCK_N * HEAD_DIM * 2);
       load_tile_tma(kv_tiles, &maps.qkv.k, n_start, int(h_kv), int(b), bar(kv_full));
@@ -272,28 +358,54 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     // ... and this thread's reads of the stage: every consumer thread arrives for its own reads (a
     // lane's arrival releases that lane's loads of the LSE and D only, not its neighbours').
     ptx::mbarrier_arrive(bar(empty[stage]));
-    // Deterministic: wait for this block's turn on the Q tile (its KV tile number), add, pass it on.
-    // The consumers' first thread holds the turn; the consumers' barrier shares it.
-    const bwd_common::DqTurn<DETERMINISTIC, kConsumersBarrier, CONSUMER_THREADS, /*LEADER=*/128> turn{
-        turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows), int(blockIdx.x)};
-    turn.wait();
-    // The product goes to shared memory, then into dQ's accumulator with 16-byte atomics. dQ's
-    // accumulator rows are HEAD_DIM floats from the start of the workspace (16-byte aligned,
-    // validated), a product's columns start at a multiple of 64: every chunk is 16-byte aligned.
-    float* const dq_row0 = dq_accum + (bh * n_q + m_start) * HEAD_DIM;
-    store_rows_f32(dq_stages + wg * Cfg::DQ_STAGE_FLOATS, Cfg::DQ_PITCH, dq, 16 * (cwarp % 4));
-    if constexpr (Cfg::KEY_SPLITS == 1) {
-      ptx::named_barrier_sync(kConsumerBarrier0 + wg, 128);  // the consumer's product is whole
-      atomic_add_tile_x4<64, 64, 128>(dq_row0 + 64 * d_panel, HEAD_DIM, dq_stages + wg * Cfg::DQ_STAGE_FLOATS,
-                                      Cfg::DQ_PITCH, scale_log2 / kLog2e, n_q - m_start,
-                                      int(opaque_thread_index() % 128));  // addresses computed here
+    if constexpr (DQ_WARP) {
+      // The product, times c, to dQ's stage t % DQ_STAGES in the copy engine's layout, once the
+      // copy engine has read item t − DQ_STAGES's from it; then handed over to the dQ warp. Each
+      // thread's arrival releases its own stores, after its proxy fence (the copy engine reads them).
+      const int dq_stage = t % DQ_STAGES;
+      if (t >= DQ_STAGES) mbarrier_wait(bar(dq_empty[dq_stage]), (t / DQ_STAGES - 1) % 2);
+      float* const panels = dq_stages + dq_stage * Cfg::CONSUMERS * Cfg::DQ_BOX_FLOATS;
+      const float c = scale_log2 / kLog2e;
+      if constexpr (Cfg::KEY_SPLITS == 1) {
+        store_rows_f32_swizzled<BLOCK_M>(panels + wg * Cfg::DQ_BOX_FLOATS, dq, 16 * (cwarp % 4), c);
+      } else if (key_split == 0) {
+        // D = 64: the first consumer's partial product, which the second adds to its own (the
+        // copy engine adds what a stage holds). The first cannot arrive twice before the second
+        // has waited: both meet at the consumers' barrier of every item.
+        store_rows_f32_swizzled<BLOCK_M>(panels, dq, 16 * (cwarp % 4), c);
+        ptx::named_barrier_arrive(kPartialStagedBarrier, CONSUMER_THREADS);
+      } else {
+        ptx::named_barrier_sync(kPartialStagedBarrier, CONSUMER_THREADS);  // the first partial product is staged
+        store_rows_f32_swizzled<BLOCK_M, /*ACCUMULATE=*/true>(panels, dq, 16 * (cwarp % 4), c);
+      }
+      ptx::fence_proxy_async_shared();  // the stores, read next by the copy engine
+      if (cwarp == 0 && lane_id() == 0)
+        dq_item[dq_stage] = DqItem{m_start, int(bh), bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows)};
+      ptx::mbarrier_arrive(bar(dq_full[dq_stage]));
     } else {
-      ptx::named_barrier_sync(kConsumersBarrier, CONSUMER_THREADS);  // both partial products are whole
-      atomic_add_tile_x4<64, 64, CONSUMER_THREADS, Cfg::KEY_SPLITS>(
-          dq_row0, HEAD_DIM, dq_stages, Cfg::DQ_PITCH, scale_log2 / kLog2e, n_q - m_start,
-          int(opaque_thread_index() - 128), Cfg::DQ_STAGE_FLOATS);
+      // Deterministic: wait for this block's turn on the Q tile (its KV tile number), add, pass it on.
+      // The consumers' first thread holds the turn; the consumers' barrier shares it.
+      const bwd_common::DqTurn<DETERMINISTIC, kConsumersBarrier, CONSUMER_THREADS, /*LEADER=*/128> turn{
+          turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows), int(blockIdx.x)};
+      turn.wait();
+      // The product goes to shared memory, then into dQ's accumulator with 16-byte atomics. dQ's
+      // accumulator rows are HEAD_DIM floats from the start of the workspace (16-byte aligned,
+      // validated), a product's columns start at a multiple of 64: every chunk is 16-byte aligned.
+      float* const dq_row0 = dq_accum + (bh * n_q + m_start) * HEAD_DIM;
+      store_rows_f32(dq_stages + wg * Cfg::DQ_STAGE_FLOATS, Cfg::DQ_PITCH, dq, 16 * (cwarp % 4));
+      if constexpr (Cfg::KEY_SPLITS == 1) {
+        ptx::named_barrier_sync(kConsumerBarrier0 + wg, 128);  // the consumer's product is whole
+        atomic_add_tile_x4<64, 64, 128>(dq_row0 + 64 * d_panel, HEAD_DIM, dq_stages + wg * Cfg::DQ_STAGE_FLOATS,
+                                        Cfg::DQ_PITCH, scale_log2 / kLog2e, n_q - m_start,
+                                        int(opaque_thread_index() % 128));  // addresses computed here
+      } else {
+        ptx::named_barrier_sync(kConsumersBarrier, CONSUMER_THREADS);  // both partial products are whole
+        atomic_add_tile_x4<64, 64, CONSUMER_THREADS, Cfg::KEY_SPLITS>(
+            dq_row0, HEAD_DIM, dq_stages, Cfg::DQ_PITCH, scale_log2 / kLog2e, n_q - m_start,
+            int(opaque_thread_index() - 128), Cfg::DQ_STAGE_FLOATS);
+      }
+      turn.pass();
     }
-    turn.pass();
   }
 
   // ---- store: dK = c · Σ dSᵀ·Q and dV, bf16, rows past N_kv not written.
@@ -308,17 +420,22 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
 template <int HEAD_DIM, typename Cfg>
 Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const AttentionParams& p = bp.fwd;
-  // Shared memory first, before anything is written (198 KB at D = 128, 134 KB at D = 64).
-  constexpr int smem = Cfg::smem_bytes();
+  // Shared memory first, before anything is written (BwdConfig::smem_bytes).
+  const int smem = Cfg::smem_bytes(Cfg::dq_warp(bp.deterministic));
   const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true> : backward_kernel<HEAD_DIM, Cfg, false>;
   if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
   // The tensor maps, by value, before anything is written: K and V in boxes of BLOCK_N rows, Q and
-  // dO of BLOCK_M (library/tma.h).
+  // dO of BLOCK_M, dQ's accumulator (the workspace's, (B·H_q, N_q, HEAD_DIM) fp32) in (BLOCK_M, 32)
+  // boxes (library/tma.h).
   BwdTileMaps maps;
   if (Status st = make_qkv_tile_maps(&maps.qkv, p, Cfg::BLOCK_M, Cfg::BLOCK_N); !st.ok()) return st;
   if (Status st = make_tile_map(&maps.d_o, "d_o", bp.d_o, p.batch, p.heads_q, p.seqlen_q, p.head_dim, bp.do_stride,
                                 Cfg::BLOCK_M);
       !st.ok())
+    return st;
+  const float* const dq_accum =
+      reinterpret_cast<const float*>(static_cast<const char*>(bp.workspace) + backward_workspace(p).dq_accum);
+  if (Status st = make_accum_map(&maps.dq, dq_accum, p.batch * p.heads_q, p.seqlen_q, HEAD_DIM, Cfg::BLOCK_M); !st.ok())
     return st;
   return bwd_common::run<HEAD_DIM>(bp, stream, [&](const bwd_common::Buffers& w) {
     const dim3 grid(unsigned(cdiv(p.seqlen_kv, Cfg::BLOCK_N)), unsigned(p.batch * p.heads_kv));
@@ -345,6 +462,12 @@ Status backward(const BackwardParams& bp, cudaStream_t stream) {
   if (Status st = validate_backward(bp, caps); !st.ok()) return st;
   if (Status st = check_device(caps); !st.ok()) return st;  // sm_90a code on a GPU that can run it
   if (Status st = bwd_common::check_backward_grids(bp.fwd); !st.ok()) return st;
+  // The dQ warp's reduces name a Q tile by 32-bit coordinates (step 26).
+  if (bp.fwd.batch * bp.fwd.heads_q > INT32_MAX)
+    return Status::Unsupported(
+        "the Hopper backward's dQ reduce addresses B·H_q with 32-bit coordinates: at most "
+        "2^31 - 1 (got " +
+        std::to_string(bp.fwd.batch * bp.fwd.heads_q) + ")");
   if constexpr (head_dim_built(64))
     if (bp.fwd.head_dim == 64) return launch_backward<64, BwdConfig<64>>(bp, stream);
   if constexpr (head_dim_built(128))

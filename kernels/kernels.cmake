@@ -170,19 +170,38 @@ if(FA_BUILD_TESTS)
   endif()
 endif()
 
-# The Hopper backward's rules: step 34's (wgmma only, TMA loads behind mbarriers, setmaxnreg, no
-# cp.async, 16-byte dQ atomics only, no local memory) and step 34's instruction counts per
-# configuration (step 24's kernel on step 33's diet, warp-specialised as step 34).
+# The Hopper backward's rules: step 36's where it takes step 36's way (D = 128, and every
+# deterministic configuration: wgmma only, TMA loads behind mbarriers, setmaxnreg, dQ through the
+# copy engine's bulk reduce and no atomic, no cp.async, no local memory), step 34's where it takes
+# step 34's (D = 64, not deterministic: 16-byte dQ atomics); and the instruction counts of the
+# step each configuration follows (kernels/bwd_hopper.cu's header).
 if(FA_BUILD_TESTS)
-  fa_sass_check_command(cmd fa_kernel_bwd_hopper REQUIRE HGMMA UTMALDG SYNCS USETMAXREG REDG.E.ADD.F32x4
-                        FORBID HMMA LDSM LDGSTS REDG.E.ADD.F32 REDG.E.ADD.F32x2 KERNEL backward_kernel)
+  set(bwd_hopper_dq_warp "backward_kernelILi128E|backward_kernel.*Lb1E")
+  set(bwd_hopper_atomics "backward_kernelILi64E.*Lb0E")
+  fa_sass_check_command(cmd fa_kernel_bwd_hopper REQUIRE HGMMA UTMALDG SYNCS USETMAXREG UTMAREDG
+                        FORBID HMMA LDSM LDGSTS REDG ATOMG KERNEL "${bwd_hopper_dq_warp}")
   add_test(NAME static.kernels.bwd_hopper COMMAND ${cmd})
   set_tests_properties(static.kernels.bwd_hopper PROPERTIES LABELS "static;kernels")
-  if(Python3_Interpreter_FOUND AND TARGET fa_step34)
+  if("64" IN_LIST FA_HEAD_DIMS)
+    fa_sass_check_command(cmd fa_kernel_bwd_hopper REQUIRE HGMMA UTMALDG SYNCS USETMAXREG REDG.E.ADD.F32x4
+                          FORBID HMMA LDSM LDGSTS UTMAREDG REDG.E.ADD.F32 REDG.E.ADD.F32x2 KERNEL "${bwd_hopper_atomics}")
+    add_test(NAME static.kernels.bwd_hopper.atomics COMMAND ${cmd})
+    set_tests_properties(static.kernels.bwd_hopper.atomics PROPERTIES LABELS "static;kernels")
+  endif()
+  if(Python3_Interpreter_FOUND AND TARGET fa_step36)
+    add_test(NAME static.kernels.bwd_hopper.same_as_step36
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
+                     --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_hopper> --step $<TARGET_OBJECTS:fa_step36>
+                     --ins HGMMA UTMALDG UTMAREDG SYNCS.ARRIVE MUFU.EX2 RED REDG BAR.SYNC BAR.ARV
+                     --head-dims ${FA_HEAD_DIMS} --only "${bwd_hopper_dq_warp}")
+    set_tests_properties(static.kernels.bwd_hopper.same_as_step36 PROPERTIES LABELS "static;kernels")
+  endif()
+  if(Python3_Interpreter_FOUND AND TARGET fa_step34 AND "64" IN_LIST FA_HEAD_DIMS)
     add_test(NAME static.kernels.bwd_hopper.same_as_step34
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
                      --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_hopper> --step $<TARGET_OBJECTS:fa_step34>
-                     --ins HGMMA UTMALDG SYNCS.ARRIVE MUFU.EX2 RED REDG BAR.SYNC --head-dims ${FA_HEAD_DIMS})
+                     --ins HGMMA UTMALDG SYNCS.ARRIVE MUFU.EX2 RED REDG BAR.SYNC
+                     --head-dims ${FA_HEAD_DIMS} --only "${bwd_hopper_atomics}")
     set_tests_properties(static.kernels.bwd_hopper.same_as_step34 PROPERTIES LABELS "static;kernels")
   endif()
 endif()
