@@ -290,6 +290,24 @@ Status check_window(const AttentionParams& p, const Capabilities& caps) {
   return Status::Ok();
 }
 
+// The score modifications (params.h): each well formed, and taken by the step; a call the step
+// cannot honour is refused, never run without its softcap, bias or sinks.
+Status check_score_mods(const AttentionParams& p, const Capabilities& caps) {
+  if (!(p.softcap >= 0.0f) || !std::isfinite(p.softcap))
+    return fail("softcap must be 0 (off) or positive and finite (got " + std::to_string(p.softcap) + ")");
+  if (p.softcap > 0.0f && !caps.softcap)
+    return fail("this step has no softcap: softcap must be 0 (got " + std::to_string(p.softcap) + ")");
+  if (p.alibi_slopes) {
+    if (!caps.alibi) return fail("this step has no ALiBi: alibi_slopes must be null");
+    if (p.alibi_slopes_stride_batch != 0 && p.alibi_slopes_stride_batch < p.heads_q)
+      return fail(
+          "alibi_slopes_stride_batch must be 0 (one slope per head) or at least H_q = " + std::to_string(p.heads_q) +
+          " (one per batch entry and head; got " + std::to_string(p.alibi_slopes_stride_batch) + ")");
+  }
+  if (p.sinks && !caps.sinks) return fail("this step has no attention sinks: sinks must be null");
+  return Status::Ok();
+}
+
 // The launch limits of the step's kernels: the same numbers its launcher obeys.
 Status check_launch_limits(const AttentionParams& p, const Capabilities& caps) {
   if (caps.max_seqlen > 0 && (p.seqlen_q > caps.max_seqlen || p.seqlen_kv > caps.max_seqlen))
@@ -373,6 +391,7 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
   if (Status st = check_varlen(p, caps); !st.ok()) return st;
   if (Status st = check_append(p, caps); !st.ok()) return st;
   if (Status st = check_window(p, caps); !st.ok()) return st;
+  if (Status st = check_score_mods(p, caps); !st.ok()) return st;
   auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
     return call_tensor(p, name, ptr, q_side, s);
   };

@@ -56,6 +56,9 @@ __global__ void reference_kernel(AttentionParams p, float scale, int64_t offset,
 Status gpu_reference(const AttentionParams& p, float* o_out, float* lse_out, cudaStream_t stream) {
   if (p.head_dim < 1 || p.head_dim > kMaxHeadDim) return Status::Error("gpu_reference: head dim must be in [1, 256]");
   if (!p.q || !p.k || !p.v || !o_out) return Status::Error("gpu_reference: null pointer");
+  // It computes plain softmax attention: a call with score modifications is the CPU reference's.
+  if (p.softcap != 0.0f || p.alibi_slopes || p.sinks)
+    return Status::Error("gpu_reference: no softcap, ALiBi or sinks (the CPU reference has them)");
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
   const int threads = 128;
   reference_kernel<<<unsigned(cdiv(rows, threads)), threads, 0, stream>>>(p, p.effective_scale(), p.causal_offset(),

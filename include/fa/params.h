@@ -87,7 +87,24 @@ struct AttentionParams {
   /// −1 (the default): no window. Only steps whose Capabilities::sliding_window is set accept one.
   int64_t window_left = -1;
   int64_t window_right = -1;  ///< the window's keys after the diagonal (see window_left), or −1
-  DType dtype = DType::bf16;  ///< element type of Q, K, V, O
+  /// Score modifications (Part VI), applied in this order to each scaled score s = scale·q·k of a
+  /// visible (query i, key j):
+  ///   softcap   (Gemma 2, flash-attn's `softcap`): s ← softcap·tanh(s / softcap); 0 (the
+  ///             default) leaves s as it is.
+  ///   ALiBi     (flash-attn's `alibi_slopes`): s ← s − slope·|i + N_kv − N_q − j|, with fp32 slopes
+  ///             in device memory, slope = alibi_slopes[b·alibi_slopes_stride_batch + h] (stride 0:
+  ///             one per query head, flash-attn's (H,); H_q: one per (batch, head), its (B, H)).
+  ///             The offset is N_kv − N_q whatever causal_align says, as flash-attn's.
+  /// and then the softmax of row i runs over its visible keys and, with `sinks`, one more logit:
+  ///   sinks     (gpt-oss): sinks[h] fp32 in device memory, a term e^(sinks[h]) in the row's
+  ///             denominator (and in its LSE) that adds nothing to O; a row that sees no key then
+  ///             has O = 0 and LSE = sinks[h].
+  /// Only steps whose Capabilities say so (its softcap, alibi and sinks flags) accept them.
+  float softcap = 0.0f;
+  const float* alibi_slopes = nullptr;    ///< see softcap; nullptr: no ALiBi
+  int64_t alibi_slopes_stride_batch = 0;  ///< floats between batch entries' slopes: 0 or H_q (see softcap)
+  const float* sinks = nullptr;           ///< see softcap; H_q floats; nullptr: no sinks
+  DType dtype = DType::bf16;              ///< element type of Q, K, V, O
 
   /// Split-KV (Part V): each query row's keys are split into this many ranges, each computed by
   /// its own block into the workspace, then merged by their LSEs. 0: the step chooses (from how

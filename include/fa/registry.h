@@ -55,6 +55,12 @@ struct Capabilities {
   bool kv_append = false;
   /// Takes a sliding window (AttentionParams::window_left, window_right), in the forward.
   bool sliding_window = false;
+  /// Takes AttentionParams::softcap > 0 (Part VI's score modifications, params.h).
+  bool softcap = false;
+  /// Takes AttentionParams::alibi_slopes.
+  bool alibi = false;
+  /// Takes AttentionParams::sinks.
+  bool sinks = false;
   /// Where split-KV, lengths per sequence and paged caches are a decode kernel's (the production forwards): only
   /// for calls with N_q·H_q/H_kv at most this many query rows per KV head. 0: any call.
   int64_t decode_max_packed_rows = 0;
