@@ -102,7 +102,7 @@ struct BwdConfig {
   // Shared memory: K, V, STAGES × [Q, dO], two dSᵀ tiles, bf16 in wgmma's swizzle (each tile a
   // multiple of 1024 bytes, so every one starts on a swizzle-atom boundary); then the dQ stages and
   // STAGES × [the Q tile's LSE (exp2 units), D], fp32; and 1 KiB to align the start. With the dQ
-  // warp 225 KB at D = 128 (of the 227 a block may have), 161 KB at D = 64; else 198 and 134.
+  // warp 226 KB at D = 128 (of the 227 a block may have), 162 KB at D = 64; else 198 and 134.
   static constexpr int smem_bytes(bool dq_warp) {
     return kWgmmaAlignment + KVLayout::bytes(2 * BLOCK_N) + QLayout::bytes(STAGES * 2 * BLOCK_M) +
            DsLayout::bytes(2 * BLOCK_N) + (dq_stage_floats(dq_warp) + STAGES * 2 * BLOCK_M) * int(sizeof(float));

@@ -6,7 +6,7 @@
 // lacked: there the thread that waited for the copy engine's read was a compute thread.
 //   the stage    the copy engine's layout: (64, 32) fp32 boxes in the 128-byte swizzle, no padding
 //                (store_rows_f32_swizzled), the scale c applied as the product is stored. Without
-//                the padding two stages fit (225 KB at D = 128): a consumer stages item t while
+//                the padding two stages fit (226 KB at D = 128): a consumer stages item t while
 //                the copy engine still reads item t − 1's.
 //   D = 64       the copy engine cannot sum two stages: the second consumer adds the first one's
 //                partial product into its own before staging (a named barrier, arrive and sync).
@@ -406,7 +406,7 @@ struct BwdConfig {
   // Shared memory: K, V, STAGES × [Q, dO], two dSᵀ tiles, bf16 in wgmma's swizzle (each tile a
   // multiple of 1024 bytes, so every one starts on a swizzle-atom boundary); the dQ stages, fp32 in
   // TMA's swizzle (1024-byte aligned too); then STAGES × [the Q tile's LSE (exp2 units), D]; and
-  // 1 KiB to align the start. 225 KB at D = 128, of the 227 a block may have.
+  // 1 KiB to align the start. 226 KB at D = 128, of the 227 a block may have.
   static constexpr int smem_bytes() {
     return kWgmmaAlignment + KVLayout::bytes(2 * BLOCK_N) + QLayout::bytes(STAGES * 2 * BLOCK_M) +
            DsLayout::bytes(2 * BLOCK_N) +
@@ -719,7 +719,7 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const AttentionParams& p = bp.fwd;
   // The workspace's parts (include/fa/params.h): dQ's fp32 accumulator, D, the turnstiles, and the
   // LSE in exp2 units.
-  // Shared memory first, before anything is written (225 KB at D = 128, 161 KB at D = 64).
+  // Shared memory first, before anything is written (226 KB at D = 128, 162 KB at D = 64).
   constexpr int smem = Cfg::smem_bytes();
   const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true> : backward_kernel<HEAD_DIM, Cfg, false>;
   if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
