@@ -559,8 +559,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   // key_split (D = 128: panel wg over all keys; D = 64: panel 0 over the consumer's own keys).
   const int wg_key0 = wg * Cfg::KEYS_PER_WARPGROUP, key_row0 = 16 * cwarp, key0 = n_start + key_row0;
   const int d_panel = wg / Cfg::KEY_SPLITS, key_split = wg % Cfg::KEY_SPLITS;
-  const int kv_rows = min(BLOCK_N, n_kv - n_start);
   const int64_t turnstiles_per_head = (n_q + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows;
+  const int kv_rows = min(BLOCK_N, n_kv - n_start);
 
   // ---- init state: dK and dV of the warp's 16 keys × HEAD_DIM columns, fp32 wgmma accumulators.
   Acc<HEAD_DIM> dk = zeros<HEAD_DIM>(), dv = zeros<HEAD_DIM>();

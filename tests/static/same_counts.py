@@ -4,7 +4,7 @@ count of each named instruction (tensor-core, ldmatrix, cp.async, exp2) in the S
 (architecture, head dim, Config) both objects compile. The policies are free only if this holds.
 
   same_counts.py --cuobjdump PATH --kernel OBJ --step OBJ [--ins HMMA LDSM LDGSTS MUFU.EX2] [--head-dims 64 128]
-                 [--family forward|backward] [--skip REGEX] [--only REGEX] [--exclude REGEX]
+                 [--family forward|backward] [--skip REGEX] [--only REGEX]
 
 Kernels are matched by their template arguments `attention_kernel<HEAD_DIM, Config<...>, ...>`
 (--family backward: `backward_kernel<HEAD_DIM, BwdConfig<...>, DETERMINISTIC, ...>`, BwdConfig's integer
@@ -12,9 +12,9 @@ arguments whatever their number: <BLOCK_M, BLOCK_N> on mma.sync, <HEAD_DIM> on H
 a configuration one object has and the other lacks is a failure too. --head-dims: compare only those (the
 head dims the build compiles the production kernels for, FA_HEAD_DIMS). --skip: the kernel object's
 functions whose names match are left out (instantiations the step has no counterpart for, such as
-the Hopper forward's for packed sequences: kernels/sequences.h). --only / --exclude: in both objects,
-keep only the functions whose names match / leave out those that match (a production kernel that
-takes one step's way in some configurations and another step's in the rest: kernels/bwd_hopper.cu).
+the Hopper forward's for packed sequences: kernels/sequences.h). --only: in both objects, keep only
+the functions whose names match (a production kernel that takes one step's way in some
+configurations and another step's in the rest: kernels/bwd_hopper.cu).
 Exit 1 with a table of every difference."""
 import argparse
 import collections
@@ -35,7 +35,7 @@ def config_key(family, m):
     return tuple(int(g) for g in m.groups()[1:])
 
 
-def counts(cuobjdump, obj, names, family="forward", skip=None, only=None, exclude=None):
+def counts(cuobjdump, obj, names, family="forward", skip=None, only=None):
     out = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True, check=True).stdout
     table = collections.defaultdict(collections.Counter)
     arch = key = None
@@ -47,7 +47,7 @@ def counts(cuobjdump, obj, names, family="forward", skip=None, only=None, exclud
             key = (arch, int(m.group(1)), config_key(family, m)) if m else None
             if skip and re.search(skip, line):
                 key = None
-            if (only and not re.search(only, line)) or (exclude and re.search(exclude, line)):
+            if only and not re.search(only, line):
                 key = None
         elif key is not None:
             for n in names:
@@ -66,10 +66,9 @@ def main():
     ap.add_argument("--family", choices=sorted(KEY_RE), default="forward")
     ap.add_argument("--skip", help="leave out the kernel object's functions whose names match")
     ap.add_argument("--only", help="in both objects, keep only the functions whose names match")
-    ap.add_argument("--exclude", help="in both objects, leave out the functions whose names match")
     a = ap.parse_args()
-    k = counts(a.cuobjdump, a.kernel, a.ins, a.family, a.skip, a.only, a.exclude)
-    s = counts(a.cuobjdump, a.step, a.ins, a.family, None, a.only, a.exclude)
+    k = counts(a.cuobjdump, a.kernel, a.ins, a.family, a.skip, a.only)
+    s = counts(a.cuobjdump, a.step, a.ins, a.family, None, a.only)
     if a.head_dims:
         s = {key: v for key, v in s.items() if key[1] in a.head_dims}
     if not k or not s:
