@@ -81,6 +81,22 @@ struct CausalMask {
   FA_HD bool operator()(int row, int col) const { return (col < n_kv) & (!causal | (col <= row + offset)); }
 };
 
+// Keys past N_kv, and the keys outside a row's band: the causal flag and a sliding window together
+// (step 38), row + lo <= col <= row + hi, key_visible's rule in two compares. An unbounded side is
+// a bound no row reaches (±2^30: rows and keys are below 2^30, library/launch_limits.h).
+struct WindowMask {
+  int n_kv, lo, hi;
+  FA_HD WindowMask(int n_kv_, bool causal, int64_t offset, int64_t left, int64_t right) : n_kv(n_kv_) {
+    const int64_t big = int64_t(1) << 30;
+    int64_t h = right < 0 ? big : offset + right;
+    if (causal && offset < h) h = offset;
+    const int64_t l = left < 0 ? -big : offset - left;
+    lo = int(l < -big ? -big : l);
+    hi = int(h > big ? big : h);
+  }
+  FA_HD bool operator()(int row, int col) const { return (col < n_kv) & (col >= row + lo) & (col <= row + hi); }
+};
+
 // Key/value head read by query head h under grouped-query attention.
 FA_HD int64_t kv_head_of(int64_t h, int64_t heads_q, int64_t heads_kv) {
   return h / (heads_q / heads_kv);

@@ -45,6 +45,37 @@ FA_HD int kv_tile_first_masked(int64_t m_start, int block_m, int block_n, int64_
   return int(first < end ? first : end);
 }
 
+/// The K/V tiles a Q tile visits under the causal flag and a sliding window (step 38), and which
+/// of them need the element mask. Row i sees keys [lo(i), hi(i)): lo(i) = i + offset − left (0
+/// without a left edge), hi(i) = the least of N_kv, i + offset + 1 (causal) and i + offset + right
+/// + 1; both grow with i, so the Q tile's first row has the lowest edges and its last row the
+/// highest. Tiles [begin, end) hold a key some row sees; [first_full, end_full) hold only keys every
+/// row sees (no mask); the tiles at both ends, [begin, first_full) and [end_full, end), are masked.
+/// begin == end: no row sees any key. Without a window: begin 0, end kv_tile_end, first_full 0,
+/// end_full kv_tile_first_masked.
+struct KvTileSpan {
+  int begin, first_full, end_full, end;
+};
+FA_HD KvTileSpan kv_tile_span(int64_t m_start, int block_m, int block_n, int64_t n_kv, bool causal, int64_t offset,
+                              int64_t left, int64_t right) {
+  auto lo = [&](int64_t i) -> int64_t { return left < 0 || i + offset - left < 0 ? 0 : i + offset - left; };
+  auto hi = [&](int64_t i) -> int64_t {
+    int64_t h = n_kv;
+    if (causal && i + offset + 1 < h) h = i + offset + 1;
+    if (right >= 0 && i + offset + right + 1 < h) h = i + offset + right + 1;
+    return h < 0 ? 0 : h;
+  };
+  const int64_t first_row = m_start, last_row = m_start + block_m - 1;
+  const int64_t lo_min = lo(first_row), lo_max = lo(last_row), hi_min = hi(first_row), hi_max = hi(last_row);
+  if (hi_max <= lo_min) return {0, 0, 0, 0};
+  const int begin = int(lo_min / block_n), end = int((hi_max + block_n - 1) / block_n);
+  int first_full = int((lo_max + block_n - 1) / block_n), end_full = int(hi_min / block_n);
+  if (first_full < begin) first_full = begin;
+  if (end_full > end) end_full = end;
+  if (end_full <= first_full) first_full = end_full = begin;  // no tile every row sees whole
+  return {begin, first_full, end_full, end};
+}
+
 /// True when KV tile `n_block` straddles the causal diagonal of the Q tile at `m_start`: some of
 /// its (row, key) pairs are visible and some are masked.
 FA_HD bool is_diagonal_tile(int64_t m_start, int block_m, int n_block, int block_n, int64_t offset) {

@@ -44,6 +44,8 @@ REQUIRED = [
     # Part V
     "combine-without-empty-guard", "paged-lookup-one-tile-behind", "varlen-load-past-sequence",
     "append-past-seqlens",
+    # Part VI
+    "window-left-edge", "window-right-edge",
 ]
 
 PATCH_RE = re.compile(r"steps/(\d\d)_\w+/bugs/[\w-]+\.patch")

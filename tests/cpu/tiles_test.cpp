@@ -82,6 +82,68 @@ TEST(Tiles, VisitAndMaskExactlyTheNeededTiles) {
               check_case({n_q, n_kv, bm, bn, causal, align});
 }
 
+// kv_tile_span (step 38) against brute force: every tile a row sees is visited, the span's ends
+// hold a visible key, every unmasked tile is wholly visible, and a masked tile next to the unmasked
+// middle is not (or the mask would be wasted work). Windows narrower and wider than a tile, one side
+// unbounded, with and without causal, both alignments, rows that see nothing.
+void check_span(int64_t n_q, int64_t n_kv, int bm, int bn, bool causal, int64_t offset, int64_t left, int64_t right) {
+  const int tiles = int(cdiv(n_kv, bn));
+  for (int64_t m_start = 0; m_start < n_q; m_start += bm) {
+    const KvTileSpan s = kv_tile_span(m_start, bm, bn, n_kv, causal, offset, left, right);
+    SCOPED_TRACE("n_q=" + std::to_string(n_q) + " n_kv=" + std::to_string(n_kv) + " bm=" + std::to_string(bm) +
+                 " bn=" + std::to_string(bn) + " causal=" + std::to_string(causal) +
+                 " offset=" + std::to_string(offset) + " window=(" + std::to_string(left) + "," +
+                 std::to_string(right) + ") m_start=" + std::to_string(m_start));
+    ASSERT_TRUE(s.begin <= s.first_full && s.first_full <= s.end_full && s.end_full <= s.end && s.end <= tiles);
+    const WindowMask mask(int(n_kv), causal, offset, left, right);
+    for (int n = 0; n < tiles; ++n) {
+      bool any = false, all = true;
+      for (int64_t i = m_start; i < m_start + bm; ++i)
+        for (int64_t j = int64_t(n) * bn; j < int64_t(n + 1) * bn; ++j) {
+          const bool vis = j < n_kv && key_visible(i, j, offset, causal, left, right);
+          ASSERT_EQ(mask(int(i), int(j)), vis) << "WindowMask disagrees with key_visible at (" << i << ", " << j << ")";
+          any |= vis;
+          all &= vis;
+        }
+      const bool visited = n >= s.begin && n < s.end, unmasked = n >= s.first_full && n < s.end_full;
+      if (any) EXPECT_TRUE(visited) << "tile " << n << " holds a visible key and is skipped";
+      if ((n == s.begin || n == s.end - 1) && visited) EXPECT_TRUE(any) << "tile " << n << ": the span runs too far";
+      if (unmasked) EXPECT_TRUE(all) << "tile " << n << " runs unmasked but hides a key from some row";
+      if (visited && !unmasked && s.first_full < s.end_full && (n == s.first_full - 1 || n == s.end_full))
+        EXPECT_FALSE(all) << "tile " << n << " is masked though every row sees all of it";
+    }
+  }
+}
+
+TEST(Tiles, WindowSpanVisitsAndMasksExactlyTheNeededTiles) {
+  for (int64_t n_q : {1, 100, 300})
+    for (int64_t n_kv : {5, 128, 333})
+      for (int bm : {64, 128})
+        for (int bn : {32, 64})
+          for (bool causal : {false, true})
+            for (bool bottom_right : {false, true})
+              for (int64_t left : {-1, 0, 7, 64, 100, 1000})
+                for (int64_t right : {-1, 0, 5, 64, 200})
+                  check_span(n_q, n_kv, bm, bn, causal, bottom_right ? n_kv - n_q : 0, left, right);
+}
+
+// Without a window the span is the causal steps' own: kv_tile_end and kv_tile_first_masked.
+TEST(Tiles, WindowSpanWithoutAWindowIsTheCausalRange) {
+  for (int64_t n_kv : {5, 300, 1013})
+    for (bool causal : {false, true})
+      for (int64_t m_start : {0, 128, 256, 640}) {
+        const int64_t offset = causal ? n_kv - 700 : 0;
+        const KvTileSpan s = kv_tile_span(m_start, 128, 64, n_kv, causal, offset, -1, -1);
+        const int end = kv_tile_end(m_start, 128, 64, n_kv, causal, offset);
+        EXPECT_EQ(s.end, end);
+        if (end > 0) {
+          EXPECT_EQ(s.begin, 0);
+          const int first_masked = kv_tile_first_masked(m_start, 128, 64, n_kv, causal, offset);
+          EXPECT_EQ(s.end_full, first_masked == 0 ? 0 : first_masked);
+        }
+      }
+}
+
 TEST(Tiles, NonCausalVisitsAllAndMasksOnlyTheRaggedTile) {
   EXPECT_EQ(kv_tile_end(0, 128, 64, 1000, false, 0), 16);
   EXPECT_EQ(kv_tile_first_masked(0, 128, 64, 1000, false, 0), 15);  // 1000 = 15·64 + 40
