@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -129,6 +130,14 @@ std::string convert(const fa_attention_params* given, fa::AttentionParams& p) {
   } else if (c->window_left != 0 || c->window_right != 0) {
     return "window_left and window_right are for a sliding window: set has_window to 1, or zero them";
   }
+  p.softcap = float(c->softcap);  // fa::validate judges the modifications (a negative or NaN cap, the step's)
+  if (c->softcap != 0.0 && std::isfinite(c->softcap) && p.softcap == 0.0f)
+    return "softcap " + std::to_string(c->softcap) + " rounds to 0 in fp32; give 0 for none";
+  p.alibi_slopes = c->alibi_slopes;
+  p.alibi_slopes_stride_batch = c->alibi_slopes_stride_batch;
+  if (!c->alibi_slopes && c->alibi_slopes_stride_batch != 0)
+    return "alibi_slopes_stride_batch is for alibi_slopes: zero it, or give the slopes";
+  p.sinks = c->sinks;
   return "";
 }
 
@@ -188,6 +197,7 @@ std::string convert_backward(const fa_backward_params* c, fa::BackwardParams& p)
   p.dv_stride = strides_of(c->strides, FA_TENSOR_DV);
   p.workspace = c->workspace;
   p.workspace_bytes = c->workspace_bytes;
+  p.dsinks = c->dsinks;  // fa::validate_backward: required with sinks, refused without
   return "";
 }
 

@@ -1,7 +1,9 @@
 // The order in which a backward block walks its Q tiles (step 22 on). A block of the backward owns
-// one KV tile and visits the Q tiles that see it, m_first .. m_tiles − 1, one after the other;
-// in the deterministic mode each Q tile's dQ additions are made by the KV tiles in a fixed order
-// (0, 1, 2, ...: a block's turn is its KV tile), so the walk decides how long a block waits for
+// one KV tile and visits the Q tiles that see it, m_first .. m_tiles − 1 (a sliding window's end
+// before the last Q tile: the production kernels pass the Mask's end as `tiles`), one after the
+// other; in the deterministic mode each Q tile's dQ additions are made by the KV tiles in a fixed
+// order (0, 1, 2, ...: a block's turn is its KV tile, counted from the first that sees the Q tile
+// under a window), so the walk decides how long a block waits for
 // its turn. Up from m_first, causal, block j meets Q tile m only after blocks 0 .. j − 1 have, and
 // they reach it late: block 0 starts at tile 0, block j at tile m_first(j), and block j waits
 // until block 0 has walked that far. Down from the last tile, every block starts at the same tile

@@ -18,7 +18,8 @@ ReferenceData compute_reference(const AttentionProblem& prob, ReferenceKind kind
   ReferenceData ref;
   if (kind == ReferenceKind::cpu) {
     std::vector<float> q = prob.host_q(), k = prob.host_k(), v = prob.host_v();
-    ReferenceOutput out = cpu_reference(p, q.data(), k.data(), v.data());
+    ReferenceOutput out = cpu_reference(p, q.data(), k.data(), v.data(),
+                                        ReferenceScoreMods{prob.alibi_slopes_host.data(), prob.sinks_host.data()});
     ref.kind = "cpu-fp64";
     ref.o = std::move(out.o);
     ref.lse = std::move(out.lse);

@@ -95,6 +95,10 @@ std::string to_string(const ProblemShape& s) {
   if (s.window_left >= 0 || s.window_right >= 0)
     os << " window=(" << s.window_left << ", " << s.window_right << ")"
        << (s.align == CausalAlign::bottom_right ? " bottom-right" : " top-left");
+  if (s.softcap != 0.0f) os << " softcap=" << s.softcap;
+  if (s.alibi != ProblemShape::Alibi::none)
+    os << (s.alibi == ProblemShape::Alibi::per_head ? " alibi(per head)" : " alibi(per batch, head)");
+  if (s.sinks) os << " sinks";
   return os.str();
 }
 
@@ -108,6 +112,20 @@ AttentionProblem::AttentionProblem(const ProblemShape& s) : shape_(s) {
   generate(q, s, s.heads_q, s.seqlen_q, p.q_stride, kQ);
   generate(k, s, s.heads_kv, s.seqlen_kv, p.k_stride, kK);
   generate(v, s, s.heads_kv, s.seqlen_kv, p.v_stride, kV);
+  if (s.alibi != ProblemShape::Alibi::none) {
+    const int64_t batches = s.alibi == ProblemShape::Alibi::per_batch_head ? s.batch : 1;
+    for (int64_t b = 0; b < batches; ++b)
+      for (int64_t h = 0; h < s.heads_q; ++h)
+        alibi_slopes_host.push_back(std::exp2(-8.0f * float(h + 1) / float(s.heads_q)) * (1.0f + 0.25f * float(b)));
+    alibi_slopes = DeviceBuffer<float>(alibi_slopes_host.size());
+    alibi_slopes.upload(alibi_slopes_host);
+  }
+  if (s.sinks) {
+    for (int64_t h = 0; h < s.heads_q; ++h)
+      sinks_host.push_back(std::log(float(s.seqlen_kv)) + 2.0f * normal_at(mix64(s.seed ^ 0x5111C5ull), uint64_t(h)));
+    sinks = DeviceBuffer<float>(sinks_host.size());
+    sinks.upload(sinks_host);
+  }
   FA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -142,6 +160,8 @@ AttentionParams shape_params(const ProblemShape& s) {
   p.causal_align = s.align;
   p.window_left = s.window_left;
   p.window_right = s.window_right;
+  p.softcap = s.softcap;
+  p.alibi_slopes_stride_batch = s.alibi == ProblemShape::Alibi::per_batch_head ? s.heads_q : 0;
   return p;
 }
 
@@ -155,6 +175,8 @@ AttentionParams validation_params(const ProblemShape& s) {
   p.k = stand_in(2);
   p.v = stand_in(3);
   p.o = stand_in(4);
+  if (s.alibi != ProblemShape::Alibi::none) p.alibi_slopes = static_cast<const float*>(stand_in(5));
+  if (s.sinks) p.sinks = static_cast<const float*>(stand_in(6));
   return p;
 }
 
@@ -165,6 +187,8 @@ AttentionParams AttentionProblem::params() const {
   p.v = v.get();
   p.o = o.get();
   p.lse = shape_.with_lse ? lse_buf.get() : nullptr;
+  p.alibi_slopes = alibi_slopes.get();  // nullptr unless the shape asks
+  p.sinks = sinks.get();
   return p;
 }
 

@@ -30,6 +30,11 @@ struct ProblemShape {
   bool causal = false;
   CausalAlign align = CausalAlign::top_left;
   int64_t window_left = -1, window_right = -1;  // a sliding window (AttentionParams'); -1: unbounded
+  // Score modifications (AttentionParams'): a softcap (0: none), ALiBi slopes per head or per
+  // (batch, head), a sink logit per head. The problem generates the arrays (AttentionProblem).
+  float softcap = 0.0f;
+  enum class Alibi { none, per_head, per_batch_head } alibi = Alibi::none;
+  bool sinks = false;
   Layout layout = Layout::bhnd;
   InputKind input = InputKind::random;
   uint64_t seed = 0;
@@ -95,6 +100,12 @@ class AttentionProblem {
 
   GuardedBuffer<__nv_bfloat16> q, k, v, o;
   GuardedBuffer<float> lse_buf;
+  // The score modifications' arrays, on the host (for the CPU reference) and the device (empty
+  // unless the shape asks): ALiBi slopes, flash-attn's 2^(−8(h+1)/H_q) per head, times (1 + b/4) per
+  // (batch, head) when the shape asks for those; sink logits ln(N_kv) + 2·N(0, 1), so that a sink
+  // weighs about as much as the row's keys.
+  std::vector<float> alibi_slopes_host, sinks_host;
+  DeviceBuffer<float> alibi_slopes, sinks;
 
  private:
   ProblemShape shape_;

@@ -3,7 +3,7 @@
 // between mma.sync and Hopper.
 //
 //   1. preprocess   D_i = rowsum(dO_i ∘ O_i), and the LSE in exp2 units, per query row; dQ's
-//                   accumulator zeroed
+//                   accumulator zeroed; with sinks, their gradient from D and the LSE (sink_grad)
 //   2. main kernel  dK, dV per KV tile; dQ added into its fp32 accumulator
 //   3. convert      dQ = the accumulator, rounded to bf16
 //
@@ -24,6 +24,7 @@
 #include <string>
 
 #include "device/ptx/cp_async.h"
+#include "device/ptx/mma.h"   // exp2_approx
 #include "device/ptx/sm90.h"  // named_barrier_sync
 #include "device/ptx/sync.h"
 #include "device/row_slice.h"
@@ -86,6 +87,32 @@ __global__ void __launch_bounds__(kStreamThreads)
   }
 }
 
+// 1b. With sinks: dsinks[h] = −Σ_{b, i} 2^(c₂·sink − lse₂_i)·D_i over head h's rows of every batch
+// entry (c₂ = log₂ e: the sink is a logit), from the preprocess's D and LSE copy. One block per
+// head, each thread a fixed stride of the rows, then a fixed tree: the same sum, bit for bit, on
+// every run (no atomics), so the deterministic mode needs nothing more.
+constexpr int kSinkThreads = 256;
+__global__ void __launch_bounds__(kSinkThreads)
+    sink_grad_kernel(const BackwardParams bp, const float* delta, const float* lse2) {
+  const AttentionParams& p = bp.fwd;
+  const int64_t h = blockIdx.x, n_q = p.seqlen_q;
+  const float sink2 = p.sinks[h] * kLog2e;
+  float sum = 0.0f;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t row0 = (b * p.heads_q + h) * n_q;
+    for (int64_t i = threadIdx.x; i < n_q; i += kSinkThreads)
+      sum += ptx::exp2_approx(sink2 - lse2[row0 + i]) * delta[row0 + i];
+  }
+  __shared__ float partial[kSinkThreads];
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int width = kSinkThreads / 2; width > 0; width /= 2) {
+    if (int(threadIdx.x) < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) bp.dsinks[h] = -partial[0];
+}
+
 // 3. dQ from its fp32 accumulator (contiguous (B, H_q, N_q, D)) into the caller's bf16 dQ, a quad
 // per row.
 template <int HEAD_DIM>
@@ -129,7 +156,8 @@ __device__ __forceinline__ void load_work_item(const BackwardParams& bp, int64_t
 }
 
 /// The deterministic mode's turn on a Q tile's dQ (step 18's turnstiles): the KV tiles that see a
-/// Q tile are 0, 1, ..., some last one, so block n_block's turn is n_block. wait() before the
+/// Q tile are first, first + 1, ..., some last one (first = 0 but under a sliding window: the Mask's
+/// kv_tile_first), so block n_block's turn is n_block − first. wait() before the
 /// block's additions (one thread spins with acquire, then the threads that add pass a barrier);
 /// pass() after them (a barrier, then one thread releases the next turn). Each element of dQ then
 /// receives its additions in the same order on every run. Without DETERMINISTIC, both are empty.
@@ -196,6 +224,10 @@ Status run(const BackwardParams& bp, cudaStream_t stream, Main&& main) {
   preprocess_kernel<HEAD_DIM>
       <<<stream_grid(p), kStreamThreads, 0, stream>>>(bp, buffers.delta, buffers.lse2, buffers.dq_accum);
   FA_LAUNCH_RETURN();
+  if (p.sinks) {
+    sink_grad_kernel<<<unsigned(p.heads_q), kSinkThreads, 0, stream>>>(bp, buffers.delta, buffers.lse2);
+    FA_LAUNCH_RETURN();
+  }
   if (Status st = main(buffers); !st.ok()) return st;
   convert_dq_kernel<HEAD_DIM><<<stream_grid(p), kStreamThreads, 0, stream>>>(bp, buffers.dq_accum);
   FA_LAUNCH_RETURN();

@@ -1,30 +1,21 @@
 // The production backward on Hopper (sm_90a), generalised from step 24, put on step 33's
-// instruction diet (wgmma descriptors advanced by addition, the warp index warp-uniform, the dQ
-// atomics' and dSᵀ stores' addresses not hoisted) and warp-specialised as step 34: a producer warp
-// loads K and V once and each work item's Q and dO through TMA and its LSE and D rows by its lanes,
-// behind full/empty mbarriers; two consumer warpgroups of 64 keys each compute the five products as
+// instruction diet (wgmma descriptors advanced by addition, the warp index warp-uniform, the dSᵀ
+// stores' addresses not hoisted) and warp-specialised as step 34: a producer warp loads K and V
+// once and each work item's Q and dO through TMA and its LSE and D rows by its lanes, behind
+// full/empty mbarriers; two consumer warpgroups of 64 keys each compute the five products as
 // wgmma, Pᵀ and dSᵀ from registers into dV and dK, dQ = dS·K from dSᵀ in shared memory (two tiles)
-// read transposed and staged in shared memory; the deterministic mode's turnstiles with the Q tiles
-// walked down. Two ways dQ's staged products reach its accumulator, chosen per head dim and mode
-// by what the H200 measured (BwdConfig::dq_warp):
-//
-//   step 36's     the producer warpgroup's second warp has the copy engine add them (a bulk
-//                 reduce-add per box, two stages in TMA's swizzle, D = 64's two partial products
-//                 summed in the stage): D = 128 (1.07-1.20x step 34) and every deterministic call
-//                 (1.20-1.36x), where no compute thread then waits for a turn;
-//   step 34's     each consumer adds its own with 16-byte atomics: D = 64, not deterministic, where
-//                 step 36 measured 0.97-0.99x step 34 (the second consumer's sum sits on the
-//                 critical path).
-//
-// Not a lesson: the steps never include it. The Hopper production kernel
-// (kernels/fwd_hopper.cu) registers it as its backward. What the lesson hard-wired is a policy:
+// read transposed. dQ is staged in shared memory and added by the copy engine, its bulk reduces
+// issued by a warp of their own (step 36); at D = 64 the Q tiles have 128 queries, each consumer's
+// dQ its own 64 queries over all 128 keys (step 37). The deterministic mode's turnstiles, with the
+// Q tiles walked down, are taken by that warp. Not a lesson: the steps never include it. The Hopper
+// production kernel (kernels/fwd_hopper.cu) registers it as its backward. What the lesson
+// hard-wired is a policy:
 //
 //   Mask      which Q tiles see a KV tile, and the element test the backward re-applies
 //             (kernels/mask.h): by default the call's causal flag, either alignment, as the steps.
 //
-// With the default policy it computes what steps 36 and 34 compute with their instructions
-// (static.kernels.bwd_hopper.same_as_step36 and .same_as_step34 compare the counts, each on the
-// configurations that take its way). The preprocess and the convert
+// With the default policy it computes what step 37 computes with step 37's instructions
+// (static.kernels.bwd_hopper.same_as_step37 compares the counts). The preprocess and the convert
 // are kernels/backward.h's, shared with the mma.sync backward.
 #include <cuda_bf16.h>
 
@@ -45,6 +36,7 @@
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
 #include "kernels/mask.h"
+#include "kernels/score_mod.h"
 #include "library/cuda_status.h"
 #include "library/launch_limits.h"
 #include "library/tma.h"
@@ -55,16 +47,16 @@ namespace {
 using namespace fa::tile;
 using fa::ptx::mbarrier_wait;
 
-// One backward configuration: BLOCK_M = 64 queries per Q tile, BLOCK_N = 128 keys per block; a
-// producer warpgroup (its first warp loads, the other three have nothing to do and leave) and two
-// consumer warpgroups of four warps. Consumer w owns keys [64w, 64w + 64): its Sᵀ, dPᵀ (64, 64) and
-// its dK, dV (64, HEAD_DIM) are wgmma accumulators, each warp holding 16 keys' rows of them.
-// dQ = dS·K (64, HEAD_DIM) is one (64, 64) product per consumer: at D = 128 each takes one of K's
-// two 64-column panels over all 128 keys; at D = 64 each takes its own 64 keys, and the two
-// partial sums are added together in shared memory before they go out.
+// One backward configuration: BLOCK_M queries per Q tile (64 at D = 128, 128 at D = 64), BLOCK_N =
+// 128 keys per block; a producer warpgroup (its first warp loads, its second hands dQ to the copy
+// engine, the other two leave) and two consumer warpgroups of four warps. Consumer w owns keys
+// [64w, 64w + 64): its Sᵀ, dPᵀ (64, BLOCK_M) and its dK, dV (64, HEAD_DIM) are wgmma accumulators,
+// each warp holding 16 keys' rows of them. dQ = dS·K (BLOCK_M, HEAD_DIM) is one (64, 64) product
+// per consumer over all 128 keys: at D = 128 each takes one of K's two 64-column panels; at D = 64
+// each takes one of the Q tile's two 64-query panels.
 template <int HEAD_DIM>
 struct BwdConfig {
-  static constexpr int BLOCK_M = 64;
+  static constexpr int BLOCK_M = HEAD_DIM == 64 ? 128 : 64;
   static constexpr int BLOCK_N = 128;
   static constexpr int CONSUMERS = 2;                    // consumer warpgroups
   static constexpr int NUM_WARPS = 4 * (1 + CONSUMERS);  // the producer warpgroup first
@@ -72,8 +64,8 @@ struct BwdConfig {
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int KEYS_PER_WARPGROUP = BLOCK_N / CONSUMERS;  // 64: one wgmma's M
   static constexpr int D_PANELS = HEAD_DIM / 64;                  // dQ's 64-column blocks
-  static constexpr int KEY_SPLITS = CONSUMERS / D_PANELS;         // consumers per block of dQ
-  static_assert(D_PANELS * KEY_SPLITS == CONSUMERS, "one (64, 64) product of dQ per consumer");
+  static constexpr int Q_PANELS = BLOCK_M / 64;                   // dQ's 64-row blocks
+  static_assert(D_PANELS * Q_PANELS == CONSUMERS, "one (64, 64) product of dQ per consumer");
   static constexpr int STAGES = 2;  // work items in flight: Q, dO, LSE and D of each
   // Registers per thread after setmaxnreg (step 13): the block's pool is 384 × 168; the producer
   // keeps 24, the consumers take 240, what step 33's 256 threads had (it used 245 of 255).
@@ -85,27 +77,20 @@ struct BwdConfig {
   using QLayout = WgmmaLayout<BLOCK_M, HEAD_DIM>;   // Q and dO: (BLOCK_M, HEAD_DIM)
   using KVLayout = WgmmaLayout<BLOCK_N, HEAD_DIM>;  // K and V: (BLOCK_N, HEAD_DIM)
   using DsLayout = WgmmaLayout<BLOCK_N, BLOCK_M>;   // dSᵀ: (BLOCK_N keys, BLOCK_M queries)
-  // Who adds dQ's staged products (the header): the dQ warp through the copy engine, or the
-  // consumers with atomics.
-  __host__ __device__ static constexpr bool dq_warp(bool deterministic) { return HEAD_DIM == 128 || deterministic; }
-  // dQ's (64, 64) product per consumer is staged in shared memory. For the atomics: fp32 rows of
-  // 64 + 8 floats (the 8 keep the fragment stores at two wavefronts), one stage. For the copy
-  // engine: two (BLOCK_M, 32) boxes in the 128-byte swizzle (no padding, 1024-byte aligned), two
-  // stages (the consumers stage item t while the copy engine still reads item t − 1's).
-  static constexpr int DQ_PITCH = 64 + 8;
-  static constexpr int DQ_STAGE_FLOATS = 64 * DQ_PITCH;  // one consumer's product, padded
-  static constexpr int DQ_BOX_FLOATS = BLOCK_M * 64;     // one consumer's product, swizzled
-  static constexpr int DQ_STAGES = 2;
-  __host__ __device__ static constexpr int dq_stage_floats(bool dq_warp) {
-    return dq_warp ? DQ_STAGES * CONSUMERS * DQ_BOX_FLOATS : CONSUMERS * DQ_STAGE_FLOATS;
-  }
+  // A Q tile's dQ (BLOCK_M, HEAD_DIM) is staged in shared memory as the copy engine reads it:
+  // HEAD_DIM / 32 boxes of (BLOCK_M, 32) fp32 in the 128-byte swizzle (32 KB, 1024-byte aligned),
+  // each consumer writing its (64, 64) product into two of them, and added into global memory from
+  // there by a bulk reduce. DQ_STAGES items: two at D = 128 (the consumers stage item t while the
+  // copy engine reads item t − 1's), one at D = 64 (a second does not fit beside the 128-query tiles).
+  static constexpr int DQ_STAGE_FLOATS = BLOCK_M * HEAD_DIM;  // one item's dQ
+  static constexpr int DQ_STAGES = HEAD_DIM == 64 ? 1 : 2;
   // Shared memory: K, V, STAGES × [Q, dO], two dSᵀ tiles, bf16 in wgmma's swizzle (each tile a
-  // multiple of 1024 bytes, so every one starts on a swizzle-atom boundary); then the dQ stages and
-  // STAGES × [the Q tile's LSE (exp2 units), D], fp32; and 1 KiB to align the start. With the dQ
-  // warp 226 KB at D = 128 (of the 227 a block may have), 162 KB at D = 64; else 198 and 134.
-  static constexpr int smem_bytes(bool dq_warp) {
+  // multiple of 1024 bytes, so every one starts on a swizzle-atom boundary); the dQ stages, fp32 in
+  // TMA's swizzle (1024-byte aligned too); then STAGES × [the Q tile's LSE (exp2 units), D]; and
+  // 1 KiB to align the start. 226 KB at D = 128, 195 KB at D = 64, of the 227 a block may have.
+  static constexpr int smem_bytes() {
     return kWgmmaAlignment + KVLayout::bytes(2 * BLOCK_N) + QLayout::bytes(STAGES * 2 * BLOCK_M) +
-           DsLayout::bytes(2 * BLOCK_N) + (dq_stage_floats(dq_warp) + STAGES * 2 * BLOCK_M) * int(sizeof(float));
+           DsLayout::bytes(2 * BLOCK_N) + (DQ_STAGES * DQ_STAGE_FLOATS + STAGES * 2 * BLOCK_M) * int(sizeof(float));
   }
 };
 
@@ -124,27 +109,25 @@ struct DqItem {
   int m_start;
   int bh;
   int64_t turnstile;
+  int first_kv_tile;  // the first KV tile that sees the Q tile, where its turn starts (0 but under a window)
 };
 
-// Named barriers (0 is __syncthreads', which no role may use once the roles have split): the
-// consumers together; each consumer alone (atomics); the first consumer's partial product of dQ
-// staged, for the second to add to its own (dQ warp, D = 64).
+// The named barrier of the consumers together (0 is __syncthreads', which no role may use once the
+// roles have split).
 constexpr int kConsumersBarrier = 1;
-constexpr int kConsumerBarrier0 = 2;  // + consumer index
-constexpr int kPartialStagedBarrier = 4;
 
 // 2. The main kernel: grid = (KV tiles, B·H_kv). DETERMINISTIC: every Q tile's dQ additions are
 // made block by block in the order of the KV tiles, through that tile's turnstile.
 // __launch_bounds__(threads, 1): the register cap at entry that setmaxnreg needs.
-template <int HEAD_DIM, typename Cfg, bool DETERMINISTIC, typename MaskT = CausalFlag>
+template <int HEAD_DIM, typename Cfg, bool DETERMINISTIC, typename MaskT = CausalFlag, typename ScoreMod = Identity>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
-    backward_kernel(const BackwardParams bp, const float* delta, const float* lse2, float* dq_accum, int* turnstiles,
-                    const float scale_log2, const int64_t offset, const __grid_constant__ BwdTileMaps maps) {
+    backward_kernel(const BackwardParams bp, const float* delta, const float* lse2, int* turnstiles,
+                    const float scale_log2, const int64_t offset, const __grid_constant__ BwdTileMaps maps,
+                    const ScoreModArgs mods) {
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, CONSUMER_THREADS = Cfg::CONSUMER_THREADS;
   using QLayout = typename Cfg::QLayout;
   using KVLayout = typename Cfg::KVLayout;
   using DsLayout = typename Cfg::DsLayout;
-  constexpr bool DQ_WARP = Cfg::dq_warp(DETERMINISTIC);
   constexpr int DQ_STAGES = Cfg::DQ_STAGES;
   const AttentionParams& params = bp.fwd;
   extern __shared__ uint4 smem[];  // 16-byte aligned; wgmma's swizzle atoms need 1024 (below)
@@ -153,14 +136,14 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   const SmemTile<BLOCK_M, QLayout> qdo_tiles{kv_tiles.ptr + 2 * BLOCK_N * KVLayout::kRowElems};  // STAGES × [Q, dO]
   const SmemTile<BLOCK_N, DsLayout> dst_tiles{qdo_tiles.ptr + STAGES * 2 * BLOCK_M * QLayout::kRowElems};  // 2 × dSᵀ
   float* const dq_stages = reinterpret_cast<float*>(dst_tiles.ptr + 2 * BLOCK_N * DsLayout::kRowElems);
-  float* const lse_d_tiles = dq_stages + Cfg::dq_stage_floats(DQ_WARP);  // STAGES × [LSE, D]
-  // Where each dQ stage's products go (dQ warp): written by the consumers' first thread with them,
+  float* const lse_d_tiles = dq_stages + DQ_STAGES * Cfg::DQ_STAGE_FLOATS;  // STAGES × [LSE, D]
+  // Where each dQ stage's products go: written by the consumers' first thread with them,
   // read by the dQ warp, under the same two mbarriers.
   __shared__ DqItem dq_item[DQ_STAGES];
   // The handshakes: "kv" (K and V have landed), per stage "full" (the item's Q and dO have landed,
   // the copy engine's bytes and the producer warp's 32 arrivals, one per lane after its LSE and D
-  // stores) and "empty" (every consumer thread is done with the stage: 256 arrivals). With the dQ
-  // warp, per dQ stage "dq_full" (both consumers' products are in it: 256 arrivals) and "dq_empty"
+  // stores) and "empty" (every consumer thread is done with the stage: 256 arrivals). Per dQ
+  // stage "dq_full" (both consumers' products are in it: 256 arrivals) and "dq_empty"
   // (the copy engine has read it: the dQ warp's lane 0).
   __shared__ uint64_t kv_full, full[STAGES], empty[STAGES], dq_full[DQ_STAGES], dq_empty[DQ_STAGES];
   auto bar = [](uint64_t& b) { return uint32_t(__cvta_generic_to_shared(&b)); };
@@ -174,14 +157,14 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   const int64_t b = blockIdx.y / params.heads_kv, h_kv = blockIdx.y % params.heads_kv;
 
   // The Q tiles that see some key of this KV tile: from the mask's first to the last.
-  const int m_tiles = (n_q + BLOCK_M - 1) / BLOCK_M;
-  const int m_first = int(MaskT::q_tile_first(params, offset, n_start, BLOCK_M));
+  const QTileSpan q_span = MaskT::q_tile_span(params, offset, n_start, BLOCK_N, BLOCK_M);
+  const int m_first = int(q_span.first), m_end = int(q_span.end);  // a window's end before the last Q tile
   // The work items: every (query head of the group, Q tile from m_first on), one flat list in that
   // order; item t's Q, dO, LSE and D go to stage t % STAGES, its dSᵀ to tile t % 2. An item is
   // (hq, walk.tile(k)), the next one k + 1 or the next head's first (no division in the loop).
   // The deterministic mode walks each head's Q tiles down (step 22).
   const int group = int(params.heads_q / params.heads_kv);
-  const QTileWalk walk{m_first, m_tiles, /*down=*/DETERMINISTIC};
+  const QTileWalk walk{m_first, m_end, /*down=*/DETERMINISTIC};
   const int items = group * walk.count();
 
   // Barriers: initialised by one thread, made visible to the copy engine, seen by the block.
@@ -191,11 +174,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       ptx::mbarrier_init(bar(full[stage]), 32);
       ptx::mbarrier_init(bar(empty[stage]), CONSUMER_THREADS);
     }
-    if constexpr (DQ_WARP)
-      for (int stage = 0; stage < DQ_STAGES; ++stage) {
-        ptx::mbarrier_init(bar(dq_full[stage]), CONSUMER_THREADS);
-        ptx::mbarrier_init(bar(dq_empty[stage]), 1);
-      }
+    for (int stage = 0; stage < DQ_STAGES; ++stage) {
+      ptx::mbarrier_init(bar(dq_full[stage]), CONSUMER_THREADS);
+      ptx::mbarrier_init(bar(dq_empty[stage]), 1);
+    }
     ptx::fence_mbarrier_init();
   }
   __syncthreads();  // the last block-wide barrier: from here on the roles meet on mbarriers only
@@ -205,46 +187,48 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   // bulk copy needs), each item as soon as its stage is free.
   if (role == 0) {
     ptx::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
-    if (warp > int(DQ_WARP) || items == 0) return;  // no item: no load, and nothing in flight at the exit
+    if (warp > 1 || items == 0) return;  // no item: no load, and nothing in flight at the exit
     const int lane = lane_id();
-    if constexpr (DQ_WARP) {
-      if (warp == 1) {
-        // ---- the dQ warp, its lane 0 (step 36): item by item, once both consumers' products are
-        // in the stage, has the copy engine add them into dQ's accumulator (they are already
-        // times c), and hands the stage back once the copy engine has read it. Deterministic: the
-        // block's turn on the Q tile is held until the additions are complete in global memory.
-        if (lane != 0) return;
-        for (int t = 0; t < items; ++t) {
-          const int stage = t % DQ_STAGES;
-          mbarrier_wait(bar(dq_full[stage]), (t / DQ_STAGES) % 2);  // item t's products are staged
-          const DqItem item = dq_item[stage];
-          const float* const panels = dq_stages + stage * Cfg::CONSUMERS * Cfg::DQ_BOX_FLOATS;
-          if constexpr (DETERMINISTIC) {
-            while (ptx::ld_acquire_gpu(turnstiles + item.turnstile) != int(blockIdx.x)) {
-            }
-            ptx::fence_proxy_async_global();  // the reduces below come after the acquire
+    if (warp == 1) {
+      // ---- the dQ warp, its lane 0: item by item, once both consumers' products are in the
+      // stage, has the copy engine add them into dQ's accumulator (the products are already times
+      // c), and hands the stage back once the copy engine has read it. Rows past N_q are clipped by
+      // the map. In the deterministic mode it holds the block's turn on the Q tile until the
+      // additions are complete in global memory.
+      if (lane != 0) return;
+      for (int t = 0; t < items; ++t) {
+        const int stage = t % DQ_STAGES;
+        mbarrier_wait(bar(dq_full[stage]), (t / DQ_STAGES) % 2);  // item t's products are staged
+        const DqItem item = dq_item[stage];
+        const float* const boxes = dq_stages + stage * Cfg::DQ_STAGE_FLOATS;
+        // Deterministic: this block's turn on the Q tile, counted from the first KV tile that sees it
+        // (0 at compile time for the causal flag: nothing read for it).
+        [[maybe_unused]] const int turn = int(blockIdx.x) - (MaskT::kFromFirstKey ? 0 : item.first_kv_tile);
+        if constexpr (DETERMINISTIC) {
+          while (ptx::ld_acquire_gpu(turnstiles + item.turnstile) != turn) {
           }
-          // Panel p (consumer p's product at D = 128, their sum at D = 64) into columns 64·p, two
-          // (64, 32) boxes each; one bulk group per item.
-#pragma unroll
-          for (int box = 0; box < 2 * Cfg::D_PANELS; ++box)
-            ptx::tma_reduce_add_3d(&maps.dq, 32 * box, item.m_start, item.bh,
-                                   uint32_t(__cvta_generic_to_shared(panels + box * BLOCK_M * 32)));
-          ptx::bulk_commit_group();
-          if constexpr (DETERMINISTIC) {
-            ptx::bulk_wait_group<0>();        // complete in global memory ...
-            ptx::fence_proxy_async_global();  // ... before the release publishes them
-            ptx::st_release_gpu(turnstiles + item.turnstile, int(blockIdx.x) + 1);
-            ptx::mbarrier_arrive(bar(dq_empty[stage]));
-          } else {
-            // Item t − 1's reduces have read their stage (item t's may still be reading): hand it back.
-            ptx::bulk_wait_group_read<1>();
-            if (t > 0) ptx::mbarrier_arrive(bar(dq_empty[(t - 1) % DQ_STAGES]));
-          }
+          ptx::fence_proxy_async_global();  // the reduces below come after the acquire
         }
-        ptx::bulk_wait_group<0>();  // every reduce complete before the block (and its shared memory) goes
-        return;
+        // Box c, (BLOCK_M, 32), into columns 32·c of the Q tile's rows; one bulk group per item.
+#pragma unroll
+        for (int box = 0; box < HEAD_DIM / 32; ++box)
+          ptx::tma_reduce_add_3d(&maps.dq, 32 * box, item.m_start, item.bh,
+                                 uint32_t(__cvta_generic_to_shared(boxes + box * BLOCK_M * 32)));
+        ptx::bulk_commit_group();
+        if constexpr (DETERMINISTIC) {
+          ptx::bulk_wait_group<0>();        // complete in global memory ...
+          ptx::fence_proxy_async_global();  // ... before the release publishes them
+          ptx::st_release_gpu(turnstiles + item.turnstile, turn + 1);
+          ptx::mbarrier_arrive(bar(dq_empty[stage]));
+        } else {
+          // Item t − (DQ_STAGES − 1)'s reduces have read their stage (with two stages, item t's may
+          // still be reading): hand it back.
+          ptx::bulk_wait_group_read<DQ_STAGES - 1>();
+          if (t >= DQ_STAGES - 1) ptx::mbarrier_arrive(bar(dq_empty[(t - (DQ_STAGES - 1)) % DQ_STAGES]));
+        }
       }
+      ptx::bulk_wait_group<0>();  // every reduce complete before the block (and its shared memory) goes
+      return;
     }
     if (lane == 0) {
       ptx::mbarrier_arrive_expect_tx(bar(kv_full), 2 * BLOCK_N * HEAD_DIM * 2);
@@ -271,7 +255,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       } else {
         ptx::mbarrier_arrive(bar(full[stage]));
       }
-      if (++k == m_tiles) k = m_first, ++hq;
+      if (++k == m_end) k = m_first, ++hq;
     }
     return;
   }
@@ -280,10 +264,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   ptx::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
   const int cwarp = warp - 4, wg = role - 1;  // the warp among the consumers', the consumer's index
   // This warp's 16 keys of Sᵀ, dPᵀ, dK and dV: rows [key_row0, key_row0 + 16) of the block's keys,
-  // inside its consumer's 64. Its consumer's product of dQ: column panel d_panel, over key split
-  // key_split (D = 128: panel wg over all keys; D = 64: panel 0 over the consumer's own keys).
+  // inside its consumer's 64. Its consumer's product of dQ: query panel q_panel, column panel
+  // d_panel, over all 128 keys (D = 128: the Q tile's 64 queries, columns 64·wg; D = 64: queries
+  // 64·wg of the 128, every column).
   const int wg_key0 = wg * Cfg::KEYS_PER_WARPGROUP, key_row0 = 16 * cwarp, key0 = n_start + key_row0;
-  const int d_panel = wg / Cfg::KEY_SPLITS, key_split = wg % Cfg::KEY_SPLITS;
+  const int d_panel = wg / Cfg::Q_PANELS, q_panel = wg % Cfg::Q_PANELS;
   const int64_t turnstiles_per_head = (n_q + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows;
   const int kv_rows = min(BLOCK_N, n_kv - n_start);
 
@@ -295,7 +280,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     const int m_block = walk.tile(k);
     const int64_t bh = b * params.heads_q + h_kv * group + hq;
     const int m_start = m_block * BLOCK_M;
-    if (++k == m_tiles) k = m_first, ++hq;
+    if (++k == m_end) k = m_first, ++hq;
     const int stage = t % STAGES;
     const SmemTile<BLOCK_M, QLayout> q_tile = next_tile(qdo_tiles, 2 * stage);
     const SmemTile<BLOCK_M, QLayout> do_tile = next_tile(qdo_tiles, 2 * stage + 1);
@@ -317,6 +302,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     mma_qk_async(by_addition, dp, v_tile, wg_key0, do_tile);
     ptx::wgmma_commit();
     wait_for<1>(s);  // Sᵀ is in the registers (dPᵀ may still be in flight)
+    // The score modifications the forward applied (kernels/score_mod.h): the query head's slope, the cap.
+    ScoreMod::make(params, mods, b, bh - b * params.heads_q).transposed(s, key0, m_start);
     // The mask, transposed (rows are keys): queries past N_q and whatever the policy hides get
     // −inf, so that their P is 0; only on a warp's (16 keys, BLOCK_M) block that is not fully visible.
     if (MaskT::block_masked(params, int(offset), m_start, BLOCK_M, key0, 16)) {
@@ -325,7 +312,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     }
     s = exp2_cols(s, scale_log2, lse2_tile);  // Pᵀ from the stored LSE, in place of Sᵀ
     wait_for<0>(dp);
-    const Acc<BLOCK_M> ds = ds_cols(s, dp, delta_tile);  // dSᵀ = Pᵀ ∘ (dPᵀ − D)
+    // dSᵀ = Pᵀ ∘ (dPᵀ − D), times the cap's derivative under ScoreMods (its slope read again rather
+    // than held from the scores to here).
+    const Acc<BLOCK_M> ds = ScoreMod::reload(params, mods, b, bh - b * params.heads_q)
+                                .ds_transposed(s, dp, delta_tile, lse2_tile, key0, m_start);
     // dSᵀ to shared memory as it is, (keys, queries): dQ needs every key of a query's row, and
     // this consumer computed 64 of the block's 128. Tile t % 2: the other one may still be read
     // by the other consumer's dQ of item t − 1.
@@ -341,71 +331,31 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     ptx::fence_proxy_async_shared();  // the dSᵀ stores, read next by the tensor cores ...
     ptx::named_barrier_sync(kConsumersBarrier, CONSUMER_THREADS);  // ... of both consumers: the whole tile is there
 
-    // dQ = dS·K: this consumer's (64, 64) product: K's column panel d_panel, over the block's
-    // BLOCK_N / KEY_SPLITS keys of split key_split (rows of dSᵀ and of K: a plain view, as both
-    // tiles are one 64-column panel wide when they are split).
-    constexpr int SPLIT_KEYS = BLOCK_N / Cfg::KEY_SPLITS;
-    static_assert(Cfg::KEY_SPLITS == 1 || (BLOCK_M == 64 && HEAD_DIM == 64), "split keys: one-panel tiles");
+    // dQ = dS·K: this consumer's (64, 64) product over all 128 keys: dSᵀ's query panel q_panel
+    // (dS's rows, read transposed) and K's column panel d_panel.
     Acc<64> dq;
     wgmma_begin(dq);
-    mma_at_b_async(
-        by_addition, dq,
-        SmemTile<SPLIT_KEYS, WgmmaLayout<SPLIT_KEYS, BLOCK_M>>{dst_tile.ptr + key_split * SPLIT_KEYS * BLOCK_M}, 0,
-        SmemTile<SPLIT_KEYS, WgmmaLayout<SPLIT_KEYS, HEAD_DIM>>{k_tile.ptr + key_split * SPLIT_KEYS * HEAD_DIM},
-        d_panel);
+    mma_at_b_async(by_addition, dq, dst_tile, q_panel, k_tile, d_panel);
     ptx::wgmma_commit();
     wait_for<0>(dq, dv, dk, p_frag, ds_frag);  // every product of item t is done ...
     // ... and this thread's reads of the stage: every consumer thread arrives for its own reads (a
     // lane's arrival releases that lane's loads of the LSE and D only, not its neighbours').
     ptx::mbarrier_arrive(bar(empty[stage]));
-    if constexpr (DQ_WARP) {
-      // The product, times c, to dQ's stage t % DQ_STAGES in the copy engine's layout, once the
-      // copy engine has read item t − DQ_STAGES's from it; then handed over to the dQ warp. Each
-      // thread's arrival releases its own stores, after its proxy fence (the copy engine reads them).
-      const int dq_stage = t % DQ_STAGES;
-      if (t >= DQ_STAGES) mbarrier_wait(bar(dq_empty[dq_stage]), (t / DQ_STAGES - 1) % 2);
-      float* const panels = dq_stages + dq_stage * Cfg::CONSUMERS * Cfg::DQ_BOX_FLOATS;
-      const float c = scale_log2 / kLog2e;
-      if constexpr (Cfg::KEY_SPLITS == 1) {
-        store_rows_f32_swizzled<BLOCK_M>(panels + wg * Cfg::DQ_BOX_FLOATS, dq, 16 * (cwarp % 4), c);
-      } else if (key_split == 0) {
-        // D = 64: the first consumer's partial product, which the second adds to its own (the
-        // copy engine adds what a stage holds). The first cannot arrive twice before the second
-        // has waited: both meet at the consumers' barrier of every item.
-        store_rows_f32_swizzled<BLOCK_M>(panels, dq, 16 * (cwarp % 4), c);
-        ptx::named_barrier_arrive(kPartialStagedBarrier, CONSUMER_THREADS);
-      } else {
-        ptx::named_barrier_sync(kPartialStagedBarrier, CONSUMER_THREADS);  // the first partial product is staged
-        store_rows_f32_swizzled<BLOCK_M, /*ACCUMULATE=*/true>(panels, dq, 16 * (cwarp % 4), c);
-      }
-      ptx::fence_proxy_async_shared();  // the stores, read next by the copy engine
-      if (cwarp == 0 && lane_id() == 0)
-        dq_item[dq_stage] = DqItem{m_start, int(bh), bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows)};
-      ptx::mbarrier_arrive(bar(dq_full[dq_stage]));
-    } else {
-      // Deterministic: wait for this block's turn on the Q tile (its KV tile number), add, pass it on.
-      // The consumers' first thread holds the turn; the consumers' barrier shares it.
-      const bwd_common::DqTurn<DETERMINISTIC, kConsumersBarrier, CONSUMER_THREADS, /*LEADER=*/128> turn{
-          turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows), int(blockIdx.x)};
-      turn.wait();
-      // The product goes to shared memory, then into dQ's accumulator with 16-byte atomics. dQ's
-      // accumulator rows are HEAD_DIM floats from the start of the workspace (16-byte aligned,
-      // validated), a product's columns start at a multiple of 64: every chunk is 16-byte aligned.
-      float* const dq_row0 = dq_accum + (bh * n_q + m_start) * HEAD_DIM;
-      store_rows_f32(dq_stages + wg * Cfg::DQ_STAGE_FLOATS, Cfg::DQ_PITCH, dq, 16 * (cwarp % 4));
-      if constexpr (Cfg::KEY_SPLITS == 1) {
-        ptx::named_barrier_sync(kConsumerBarrier0 + wg, 128);  // the consumer's product is whole
-        atomic_add_tile_x4<64, 64, 128>(dq_row0 + 64 * d_panel, HEAD_DIM, dq_stages + wg * Cfg::DQ_STAGE_FLOATS,
-                                        Cfg::DQ_PITCH, scale_log2 / kLog2e, n_q - m_start,
-                                        int(opaque_thread_index() % 128));  // addresses computed here
-      } else {
-        ptx::named_barrier_sync(kConsumersBarrier, CONSUMER_THREADS);  // both partial products are whole
-        atomic_add_tile_x4<64, 64, CONSUMER_THREADS, Cfg::KEY_SPLITS>(
-            dq_row0, HEAD_DIM, dq_stages, Cfg::DQ_PITCH, scale_log2 / kLog2e, n_q - m_start,
-            int(opaque_thread_index() - 128), Cfg::DQ_STAGE_FLOATS);
-      }
-      turn.pass();
-    }
+    // The product, times c, to dQ's stage t % DQ_STAGES in the copy engine's layout (its rows
+    // 64·q_panel on of the boxes of columns 64·d_panel on), once the copy engine has read item
+    // t − DQ_STAGES's from it; then handed over. Each thread's arrival releases its own stores,
+    // after its proxy fence (the copy engine reads them).
+    const int dq_stage = t % DQ_STAGES;
+    if (t >= DQ_STAGES) mbarrier_wait(bar(dq_empty[dq_stage]), (t / DQ_STAGES - 1) % 2);
+    // (The warp's row in its consumer from an index the compiler cannot see through, computed here:
+    // held across the loop beside Sᵀ and dPᵀ at 128 queries, it was the one value spilled.)
+    store_rows_f32_swizzled<BLOCK_M>(dq_stages + dq_stage * Cfg::DQ_STAGE_FLOATS + d_panel * BLOCK_M * 64, dq,
+                                     64 * q_panel + 16 * int(opaque_thread_index() / 32 % 4), scale_log2 / kLog2e);
+    ptx::fence_proxy_async_shared();  // the stores, read next by the copy engine
+    if (cwarp == 0 && lane_id() == 0)
+      dq_item[dq_stage] = DqItem{m_start, int(bh), bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows),
+                                 int(MaskT::kv_tile_first(params, offset, m_start, BLOCK_M, BLOCK_N))};
+    ptx::mbarrier_arrive(bar(dq_full[dq_stage]));
   }
 
   // ---- store: dK = c · Σ dSᵀ·Q and dV, bf16, rows past N_kv not written.
@@ -417,12 +367,13 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   store_rows(dv_ptr, bp.dv_stride.seq, dv, rows(1.0f), key_row0, kv_rows);
 }
 
-template <int HEAD_DIM, typename Cfg>
+template <int HEAD_DIM, typename Cfg, typename MaskT, typename ScoreMod = Identity>
 Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const AttentionParams& p = bp.fwd;
   // Shared memory first, before anything is written (BwdConfig::smem_bytes).
-  const int smem = Cfg::smem_bytes(Cfg::dq_warp(bp.deterministic));
-  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true> : backward_kernel<HEAD_DIM, Cfg, false>;
+  constexpr int smem = Cfg::smem_bytes();
+  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true, MaskT, ScoreMod>
+                                       : backward_kernel<HEAD_DIM, Cfg, false, MaskT, ScoreMod>;
   if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
   // The tensor maps, by value, before anything is written: K and V in boxes of BLOCK_N rows, Q and
   // dO of BLOCK_M, dQ's accumulator (the workspace's, (B·H_q, N_q, HEAD_DIM) fp32) in (BLOCK_M, 32)
@@ -439,8 +390,8 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
     return st;
   return bwd_common::run<HEAD_DIM>(bp, stream, [&](const bwd_common::Buffers& w) {
     const dim3 grid(unsigned(cdiv(p.seqlen_kv, Cfg::BLOCK_N)), unsigned(p.batch * p.heads_kv));
-    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(bp, w.delta, w.lse2, w.dq_accum, w.turnstiles, scale_log2(p),
-                                                     p.causal_offset(), maps);
+    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(bp, w.delta, w.lse2, w.turnstiles, scale_log2(p),
+                                                     p.causal_offset(), maps, score_mod_args(p));
     FA_LAUNCH_RETURN();
     return Status::Ok();
   });
@@ -450,10 +401,12 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
 
 Capabilities backward_caps() {
   Capabilities c = forward_caps({64, 128});
-  c.only_sm = 90;                   // wgmma: sm_90a code, compute capability 9.0 only
-  c.deterministic_backward = true;  // BackwardParams::deterministic: dQ added in a fixed order
-  c.broadcast = false;              // Q, dO, K, V through TMA maps: no zero strides,
-  c.tma = true;                     // 32-bit coordinates, 40-bit byte strides
+  c.only_sm = 90;                        // wgmma: sm_90a code, compute capability 9.0 only
+  c.deterministic_backward = true;       // BackwardParams::deterministic: dQ added in a fixed order
+  c.broadcast = false;                   // Q, dO, K, V through TMA maps: no zero strides,
+  c.tma = true;                          // 32-bit coordinates, 40-bit byte strides
+  c.sliding_window = true;               // window_size: WindowFlag's kernels, as the forward's
+  c.softcap = c.alibi = c.sinks = true;  // ScoreMods' kernels (the cap's derivative), and the sinks' gradient
   return c;
 }
 
@@ -468,10 +421,17 @@ Status backward(const BackwardParams& bp, cudaStream_t stream) {
         "the Hopper backward's dQ reduce addresses B·H_q with 32-bit coordinates: at most "
         "2^31 - 1 (got " +
         std::to_string(bp.fwd.batch * bp.fwd.heads_q) + ")");
+  // Score modifications: WindowFlag (any mask) with ScoreMods, as the forward's kernels.
   if constexpr (head_dim_built(64))
-    if (bp.fwd.head_dim == 64) return launch_backward<64, BwdConfig<64>>(bp, stream);
+    if (bp.fwd.head_dim == 64)
+      return bp.fwd.has_score_mods() ? launch_backward<64, BwdConfig<64>, WindowFlag, ScoreMods>(bp, stream)
+             : bp.fwd.has_window()   ? launch_backward<64, BwdConfig<64>, WindowFlag>(bp, stream)
+                                     : launch_backward<64, BwdConfig<64>, CausalFlag>(bp, stream);
   if constexpr (head_dim_built(128))
-    if (bp.fwd.head_dim == 128) return launch_backward<128, BwdConfig<128>>(bp, stream);
+    if (bp.fwd.head_dim == 128)
+      return bp.fwd.has_score_mods() ? launch_backward<128, BwdConfig<128>, WindowFlag, ScoreMods>(bp, stream)
+             : bp.fwd.has_window()   ? launch_backward<128, BwdConfig<128>, WindowFlag>(bp, stream)
+                                     : launch_backward<128, BwdConfig<128>, CausalFlag>(bp, stream);
   return Status::Unsupported("the Hopper backward has no kernel at head dim " + std::to_string(bp.fwd.head_dim));
 }
 

@@ -29,6 +29,7 @@
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
 #include "kernels/mask.h"
+#include "kernels/score_mod.h"
 #include "library/cuda_status.h"
 #include "library/launch_limits.h"
 
@@ -84,10 +85,10 @@ struct BwdConfig {
 
 // 2. The main kernel: grid = (KV tiles, B·H_kv). DETERMINISTIC: every Q tile's dQ additions are
 // made block by block in the order of the KV tiles, through that tile's turnstile.
-template <int HEAD_DIM, typename Cfg, bool DETERMINISTIC, typename MaskT = CausalFlag>
+template <int HEAD_DIM, typename Cfg, bool DETERMINISTIC, typename MaskT = CausalFlag, typename ScoreMod = Identity>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     backward_kernel(const BackwardParams bp, const float* delta, const float* lse2, float* dq_accum, int* turnstiles,
-                    const float scale_log2, const int64_t offset) {
+                    const float scale_log2, const int64_t offset, const ScoreModArgs mods) {
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
   constexpr int DQ_COLS = HEAD_DIM / Cfg::COL_SPLITS;  // the columns of dQ one warp computes
   constexpr int KV_COLS = HEAD_DIM / Cfg::D_SPLITS;    // the columns of dK and dV one warp keeps
@@ -120,10 +121,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const int k_warp = warp % Cfg::KEY_WARPS, q_warp = warp / Cfg::KEY_WARPS;
   const int key_row0 = k_warp * WK, key0 = n_start + key_row0, d0 = q_warp * KV_COLS;
 
-  // The Q tiles that see some key of this KV tile: from the mask's first to the last.
-  const int m_tiles = (n_q + BLOCK_M - 1) / BLOCK_M;
+  // The Q tiles that see some key of this KV tile, [m_first, m_end): from the mask's first to the last
+  // (a window's end before the last Q tile).
+  const QTileSpan q_span = MaskT::q_tile_span(params, offset, n_start, BLOCK_N, BLOCK_M);
+  const int m_first = int(q_span.first), m_end = int(q_span.end);
   const int64_t turnstiles_per_head = (n_q + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows;
-  const int m_first = int(MaskT::q_tile_first(params, offset, n_start, BLOCK_M));
 
   // ---- load K and V once; they stay in shared memory for every Q tile.
   const int kv_rows = min(BLOCK_N, n_kv - n_start);
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   // that order; item t's Q, dO, LSE and D go to stage t % STAGES. An item is (hq, m_block), the
   // next one the following Q tile or the next head's first (no division in the loop).
   const int group = int(params.heads_q / params.heads_kv);
-  const QTileWalk walk{m_first, m_tiles, /*down=*/DETERMINISTIC};  // step 22: deterministic, last tile first
+  const QTileWalk walk{m_first, m_end, /*down=*/DETERMINISTIC};  // step 22: deterministic, last tile first
   const int items = group * walk.count();
   // Issues the copies of item t = (hq, m_block) into its stage (kernels/backward.h).
   auto load_item = [&](int t, int hq, int m_block) {
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     cp_async_wait<0>();  // item t's copies (and, at t = 0, K and V) have landed ...
     __syncthreads();     // ... for every thread; and every warp is done with item t − 1's stage
     // Item t + 1 starts flying into the other stage while item t computes.
-    if (++k == m_tiles) k = m_first, ++hq;  // (hq, walk.tile(k)) is item t + 1 from here on
+    if (++k == m_end) k = m_first, ++hq;  // (hq, walk.tile(k)) is item t + 1 from here on
     if (t + 1 < items) load_item(t + 1, hq, walk.tile(k));
     cp_async_commit();
 
@@ -174,6 +176,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     const SmemTile<WQ, Layout> q_rows = row_block<WQ>(q_tile, q_warp), do_rows = row_block<WQ>(do_tile, q_warp);
     Acc<WQ> s[2];
     mma_qk_tiles(s, k_tile, key_row0, q_rows);
+    // The score modifications the forward applied (kernels/score_mod.h), on the same scores: the
+    // query head's ALiBi slope, the cap.
+    const ScoreMod score_mod = ScoreMod::make(params, mods, b, bh - b * params.heads_q);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) score_mod.transposed(s[r], key0 + 16 * r, q0);
     // The mask, transposed (rows are keys): queries past N_q and whatever the policy hides get
     // −inf, so that their P is 0; only on a warp block that is not fully visible.
     if (MaskT::block_masked(params, int(offset), q0, WQ, key0, WK)) {
@@ -191,7 +198,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const Acc<WQ>& p = s[r];
-      const Acc<WQ> ds = ds_cols(p, dp[r], delta_tile + q_warp * WQ);  // dSᵀ = Pᵀ ∘ (dPᵀ − D)
+      // dSᵀ = Pᵀ ∘ (dPᵀ − D), times the cap's derivative under ScoreMods (its slope read again: held
+      // from the scores to here, it spilled).
+      const Acc<WQ> ds =
+          ScoreMod::reload(params, mods, b, bh - b * params.heads_q)
+              .ds_transposed(p, dp[r], delta_tile + q_warp * WQ, lse2_tile + q_warp * WQ, key0 + 16 * r, q0);
       // Both to shared memory as they are, (keys, queries): the products below need every query
       // of a key's row, and this warp computed only WQ of them.
       store_tile_rows(pt_tile, p, key_row0 + 16 * r, q_warp * WQ);
@@ -221,9 +232,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
       const FragA<BLOCK_N / 2> ds_rows = load_a_trans<BLOCK_N / 2>(row_block<BLOCK_N / 2>(dst_tile, h), row_tile * 16);
       mma_pv_cols(dq, ds_rows, row_block<BLOCK_N / 2>(k_tile, h), col0);
     }
-    // Deterministic: wait for this block's turn on the Q tile (its KV tile number), add, pass it on.
+    // Deterministic: wait for this block's turn on the Q tile (its KV tile number, counted from the
+    // first KV tile that sees the Q tile: 0 but under a window), add, pass it on.
     const bwd_common::DqTurn<DETERMINISTIC> turn{
-        turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows), int(blockIdx.x)};
+        turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows),
+        int(blockIdx.x) - int(MaskT::kv_tile_first(params, offset, m_start, BLOCK_M, BLOCK_N))};
     turn.wait();
     // Two adjacent columns per atomic: dQ's accumulator rows are HEAD_DIM floats from the start of
     // the workspace (16-byte aligned, validated) and col0 is a multiple of 16, so every pair is
@@ -246,19 +259,20 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   }
 }
 
-template <int HEAD_DIM, typename Cfg>
+template <int HEAD_DIM, typename Cfg, typename MaskT, typename ScoreMod = Identity>
 Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const AttentionParams& p = bp.fwd;
   // Shared memory first, before anything is written: at D = 128 a block needs 104.5 KB, more than
   // GPUs of compute capability 8.6 and 8.9 give one (99 KB), and there the call is refused as
   // unsupported, so that the library's choice moves on to a kernel that fits.
   constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
-  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true> : backward_kernel<HEAD_DIM, Cfg, false>;
+  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true, MaskT, ScoreMod>
+                                       : backward_kernel<HEAD_DIM, Cfg, false, MaskT, ScoreMod>;
   if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
   return bwd_common::run<HEAD_DIM>(bp, stream, [&](const bwd_common::Buffers& w) {
     const dim3 grid(unsigned(cdiv(p.seqlen_kv, Cfg::BLOCK_N)), unsigned(p.batch * p.heads_kv));
     kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(bp, w.delta, w.lse2, w.dq_accum, w.turnstiles, scale_log2(p),
-                                                     p.causal_offset());
+                                                     p.causal_offset(), score_mod_args(p));
     FA_LAUNCH_RETURN();
     return Status::Ok();
   });
@@ -268,7 +282,9 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
 
 Capabilities backward_caps() {
   Capabilities c = forward_caps({64, 128});
-  c.deterministic_backward = true;  // BackwardParams::deterministic: dQ added in a fixed order
+  c.deterministic_backward = true;       // BackwardParams::deterministic: dQ added in a fixed order
+  c.sliding_window = true;               // window_size: WindowFlag's kernels, as the forward's
+  c.softcap = c.alibi = c.sinks = true;  // ScoreMods' kernels (the cap's derivative), and the sinks' gradient
   return c;
 }
 
@@ -276,10 +292,17 @@ Status backward(const BackwardParams& bp, cudaStream_t stream) {
   static const Capabilities caps = backward_caps();
   if (Status st = validate_backward(bp, caps); !st.ok()) return st;
   if (Status st = bwd_common::check_backward_grids(bp.fwd); !st.ok()) return st;
+  // Score modifications: WindowFlag (any mask) with ScoreMods, as the forward's kernels.
   if constexpr (head_dim_built(64))
-    if (bp.fwd.head_dim == 64) return launch_backward<64, BwdConfig<64, 128>>(bp, stream);
+    if (bp.fwd.head_dim == 64)
+      return bp.fwd.has_score_mods() ? launch_backward<64, BwdConfig<64, 128>, WindowFlag, ScoreMods>(bp, stream)
+             : bp.fwd.has_window()   ? launch_backward<64, BwdConfig<64, 128>, WindowFlag>(bp, stream)
+                                     : launch_backward<64, BwdConfig<64, 128>, CausalFlag>(bp, stream);
   if constexpr (head_dim_built(128))
-    if (bp.fwd.head_dim == 128) return launch_backward<128, BwdConfig<32, 128>>(bp, stream);
+    if (bp.fwd.head_dim == 128)
+      return bp.fwd.has_score_mods() ? launch_backward<128, BwdConfig<32, 128>, WindowFlag, ScoreMods>(bp, stream)
+             : bp.fwd.has_window()   ? launch_backward<128, BwdConfig<32, 128>, WindowFlag>(bp, stream)
+                                     : launch_backward<128, BwdConfig<32, 128>, CausalFlag>(bp, stream);
   return Status::Unsupported("the production backward has no kernel at head dim " + std::to_string(bp.fwd.head_dim));
 }
 

@@ -13,7 +13,9 @@
 //
 // What step 28 hard-wired is the production layer's here: the epilogue (PackedStore, bf16 O or the
 // fp32 partials, kernels/epilogue.h) and the tuner's configuration list; the mask is the call's
-// causal flag in either alignment, as CausalFlag, on each row's query.
+// causal flag in either alignment, as CausalFlag, on each row's query. The score modifications
+// (softcap, ALiBi, sinks; kernels/score_mod.h) run in kernels of their own (MODS), each packed row
+// with its own head's slope and sink; with a split, a row's sink is added once, by the combine.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -34,6 +36,7 @@
 #include "kernels/epilogue.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
+#include "kernels/score_mod.h"
 #include "kernels/sequences.h"
 #include "library/autotune.h"
 #include "library/cuda_status.h"
@@ -97,10 +100,44 @@ static_assert(kDecodeKvTile == 64, "every configuration's BLOCK_N: the workspace
 // (kernels/sequences.h): Batched, or Packed for a varlen call, one instantiation each, so that a
 // plain decode does not carry the offsets (with them, as step 31 does, a plain decode ran 4-8 %
 // slower than step 30, which has none).
-template <int HEAD_DIM, typename Cfg, bool SPLIT, typename Sequences>
+// The score modifications on a packed tile (kernels/score_mod.h's ScoreMods, whose rows here are
+// each their own head: row r is query r / pack of head h0 + r % pack): the cap on every score, and
+// ALiBi's bias with each of the lane's two rows' own slope (raw units, 0: none), key col0 + c of the
+// sequence, its diagonal alibi_offset = N_kv − N_q of the sequence.
+template <int N>
+__device__ __forceinline__ void packed_score_mods(Acc<N>& s, const ScoreModArgs& a, Rows slope, int row0, int col0,
+                                                  int pack, int alibi_offset) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int f = 0; f < N / 8; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float x = s.c[f][e];
+      if (a.cap != 0.0f) x = a.cap * tanh_fast(x * a.inv_cap);
+      const int d =
+          packed_query(row0 + ptx::mma_c_row(lane, e), pack) + alibi_offset - (col0 + f * 8 + ptx::mma_c_col(lane, e));
+      x -= slope.r[e / 2] * float(d < 0 ? -d : d);
+      s.c[f][e] = x;
+    }
+}
+
+// The values of the lane's two rows of the 16-row tile from packed row row0, by head: ALiBi's slope
+// or a sink (arr[b·stride + h] · inv_scale), `none` for rows past the group's.
+__device__ __forceinline__ Rows packed_head_values(const float* arr, int64_t stride_b, int64_t b, int64_t h0, int row0,
+                                                   int n_rows, int pack, float inv_scale, float none) {
+  Rows v;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + lane_id() / 4 + 8 * r;
+    v.r[r] = row < n_rows ? arr[b * stride_b + h0 + row % pack] * inv_scale : none;
+  }
+  return v;
+}
+
+template <int HEAD_DIM, typename Cfg, bool SPLIT, typename Sequences, bool MODS = false>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
     decode_kernel(const AttentionParams params, const float scale_log2, const int splits, float* o_part,
-                  float* lse_part, const int64_t split_rows, const int pack) {
+                  float* lse_part, const int64_t split_rows, const int pack, const ScoreModArgs mods) {
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
   constexpr int STAGES = Cfg::STAGES, M_TILES = Cfg::M_TILES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
   constexpr int KEY_WARPS = Cfg::KEY_WARPS, WARP_N = Cfg::WARP_N;
@@ -216,6 +253,17 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
     m_i[t] = rows(-INFINITY);
     l_i[t] = rows(0.0f);
   }
+  // MODS: the score modifications, each of the lane's rows with its head's slope; ALiBi's diagonal is
+  // the sequence's N_kv − N_q, its keys counted from the sequence's first (key0 + the tile's).
+  [[maybe_unused]] Rows slope[M_TILES];
+  [[maybe_unused]] const int alibi_offset = n_kv_all - n_q;
+  if constexpr (MODS) {
+#pragma unroll
+    for (int t = 0; t < M_TILES; ++t)
+      slope[t] = params.alibi_slopes ? packed_head_values(params.alibi_slopes, params.alibi_slopes_stride_batch, b, h0,
+                                                          row0 + kMmaRows * t, n_rows, pack, mods.inv_scale, 0.0f)
+                                     : rows(0.0f);
+  }
 
   for (int n_block = 0; n_block < n_blocks; ++n_block) {
     const int n_start = n_block * BLOCK_N;
@@ -232,6 +280,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
     FragA<WARP_N> p[M_TILES];
 #pragma unroll
     for (int t = 0; t < M_TILES; ++t) {
+      if constexpr (MODS)
+        packed_score_mods(s[t], mods, slope[t], row0 + kMmaRows * t, key0 + n_start + warp_key, pack, alibi_offset);
       if (n_block >= first_masked)
         apply_mask(s[t], row0 + kMmaRows * t, n_start + warp_key, PackedCausalMask{n_kv, causal, offset, pack});
       const Rows m_new = row_max(s[t], m_i[t]);
@@ -302,7 +352,18 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
 #pragma unroll
   for (int t = 0; t < M_TILES; ++t) {
     const int tile_row0 = warp_row + kMmaRows * t;
-    const Rows l = quad_sum(l_i[t]);
+    Rows l = quad_sum(l_i[t]);
+    // Sinks, once a row: here without a split; a split's partials leave them to the combine.
+    if constexpr (MODS && !SPLIT)
+      if (params.sinks != nullptr) {
+        const Rows sink =
+            packed_head_values(params.sinks, 0, 0, h0, m_start + tile_row0, n_rows, pack, mods.inv_scale, -INFINITY);
+        Rows alpha;
+        const ScoreMods sm{mods, 0.0f};
+#pragma unroll
+        for (int r = 0; r < 2; ++r) sm.finish_row(m_i[t].r[r], l.r[r], alpha.r[r], sink.r[r]);
+        rescale(o_i[t], alpha);
+      }
     if constexpr (SPLIT) {
       const int64_t part = split * split_rows + lse_row0;
       const PackedOut<float> out{{o_part + part * HEAD_DIM, n_q_max * HEAD_DIM, HEAD_DIM, pack},
@@ -433,6 +494,17 @@ __global__ void __launch_bounds__(kCombineThreads)
       }
   }
   if (!valid || wr != 0 || group != 0) return;
+  // Sinks: once a row, here, not once a split: LSE' = ln(e^LSE + e^sink), O ← O · e^(LSE − LSE').
+  if (params.sinks != nullptr) {
+    const float sink = params.sinks[h];
+    if (sink > -INFINITY) {
+      const float top = fmaxf(lse, sink), lse_all = top + logf(expf(lse - top) + expf(sink - top));
+      const float factor = expf(lse - lse_all);  // 0 for a row that saw no key (LSE = −inf)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[k] *= factor;
+      lse = lse_all;
+    }
+  }
   bf16* const o_row = static_cast<bf16*>(params.o) + sequence_offset(params.o_stride, b, q_seq, varlen) +
                       h * params.o_stride.head + i * params.o_stride.seq;
   *reinterpret_cast<uint4*>(o_row + col) = uint4{ptx::pack_bf16x2(acc[0], acc[1]), ptx::pack_bf16x2(acc[2], acc[3]),
@@ -500,8 +572,13 @@ struct Launcher {
     int splits = 1;
     if (Status st = choose_splits<HEAD_DIM, Cfg>(p, &splits); !st.ok()) return st;
     const bool packed = p.cu_seqlens_q != nullptr;
+    // Score modifications: kernels of their own (MODS), batched calls and packed ones alike.
     const auto kernel =
-        splits > 1
+        p.has_score_mods() ? (splits > 1 ? (packed ? decode_kernel<HEAD_DIM, Cfg, true, Packed, true>
+                                                   : decode_kernel<HEAD_DIM, Cfg, true, Batched, true>)
+                                         : (packed ? decode_kernel<HEAD_DIM, Cfg, false, Packed, true>
+                                                   : decode_kernel<HEAD_DIM, Cfg, false, Batched, true>))
+        : splits > 1
             ? (packed ? decode_kernel<HEAD_DIM, Cfg, true, Packed> : decode_kernel<HEAD_DIM, Cfg, true, Batched>)
             : (packed ? decode_kernel<HEAD_DIM, Cfg, false, Packed> : decode_kernel<HEAD_DIM, Cfg, false, Batched>);
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
@@ -520,7 +597,7 @@ struct Launcher {
     const dim3 grid(unsigned(cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * splits),
                     unsigned(std::min<int64_t>(groups, 65535)), unsigned(cdiv(groups, 65535)));
     if (Status st = launch_early(p.k_new != nullptr, kernel, grid, Cfg::NUM_THREADS, smem, stream, p, scale_log2(p),
-                                 splits, o_part, lse_part, int64_t(ws.rows), pack);
+                                 splits, o_part, lse_part, int64_t(ws.rows), pack, score_mod_args(p));
         !st.ok())
       return st;
     if (splits > 1) {
@@ -570,6 +647,12 @@ bool accepts(const AttentionParams& p, bool prefill_varlen) {
 Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool prefill_varlen) {
   *taken = accepts(p, prefill_varlen);
   if (*taken) return forward(p, stream);
+  if (p.has_score_mods() && p.cu_seqlens_q != nullptr)
+    return Status::Unsupported(
+        "softcap, ALiBi and sinks with packed sequences (cu_seqlens) are taken by the decode kernel alone, for "
+        "calls of at most " +
+        std::to_string(kMaxPackedRows) + " query rows per KV head (N_q·H_q/H_kv); this call has " +
+        std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv)));
   if (p.cu_seqlens_q != nullptr && !prefill_varlen)  // only this kernel reads the offsets, not the prefill kernel
     return Status::Unsupported(
         "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 64 "

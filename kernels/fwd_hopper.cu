@@ -5,7 +5,8 @@
 //
 //   Mask      which KV tiles a Q tile visits and which need the element test (kernels/mask.h);
 //             CausalFlag by default: the call's causal flag, either alignment, at run time.
-//   ScoreMod  a hook on each score tile before the mask and the row max (kernels/score_mod.h).
+//   ScoreMod  a hook on each score tile before the mask and the row max, and on each row before
+//             the store (kernels/score_mod.h): Identity, or the call's softcap, ALiBi and sinks.
 //   Scheduler which work tiles a block takes, turn by turn (kernels/scheduler.h): persistent.
 //   Epilogue  how O and LSE leave (kernels/epilogue.h): TmaStore (through shared memory and the
 //             copy engine) or RegisterStore; part of the configuration, and of its tuner name.
@@ -113,7 +114,8 @@ template <int HEAD_DIM, typename Cfg, typename Sequences = Batched, typename Mas
           typename ScoreMod = Identity, typename Scheduler = PersistentScheduler>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     attention_kernel(const AttentionParams params, const float scale_log2, const int64_t offset,
-                     const __grid_constant__ QkvTileMaps maps, const __grid_constant__ CUtensorMap o_map) {
+                     const ScoreModArgs mods, const __grid_constant__ QkvTileMaps maps,
+                     const __grid_constant__ CUtensorMap o_map) {
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N;
   constexpr int STAGES = Cfg::STAGES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
   using Epilogue = typename Cfg::Epilogue;
@@ -243,12 +245,12 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   // ---- the consumers
   ptx::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
   const int tile_row0 = (warp - 4) * ROWS_PER_WARP;  // the warp's first row in the block
-  const ScoreMod score_mod{};
   int pos = 0;
   for (int iter = 0;; ++iter) {
     mbarrier_wait(bar(q_full), iter % 2);
     const Work w = scheduled[iter % 2];
     if (w.bh < 0) break;
+    const ScoreMod score_mod = ScoreMod::make(params, mods, batch_of(w), head_of(w));
     const int row0 = w.m_start + tile_row0;  // this warp's first query row
 
     Acc<HEAD_DIM> o_i = zeros<HEAD_DIM>();  // (16, HEAD_DIM) fp32, unnormalised output
@@ -332,7 +334,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     if (w.n_blocks == 0) release_q();
 
     // ---- normalise and store: the tile is read again from `scheduled` (registers are short).
-    const Rows l = quad_sum(l_i);
+    Rows l = quad_sum(l_i);
+    score_mod.finish(o_i, m_i, l, params,
+                     head_of(scheduled[iter % 2]));  // a sink's term in the denominator and the LSE
     const Work done = scheduled[iter % 2];
     Out<SmemTile<kWarpgroupRows, OLayout>> out;
     const int64_t b = batch_of(done), h = head_of(done);
@@ -368,7 +372,10 @@ struct Launcher {
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     // Packed sequences, a sliding window (WindowFlag: a range past tile 0, masked at both ends; not
     // with packed sequences, which validation refuses), or neither: a kernel each.
+    // Score modifications (softcap, ALiBi, sinks; not with packed sequences, which the forward
+    // refuses) theirs: WindowFlag, which takes any mask, and ScoreMods, which reads them at run time.
     const auto kernel = p.cu_seqlens_q != nullptr ? attention_kernel<HEAD_DIM, Cfg, Packed>
+                        : p.has_score_mods()      ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag, ScoreMods>
                         : p.has_window()          ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag>
                                                   : attention_kernel<HEAD_DIM, Cfg, Batched>;
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
@@ -390,7 +397,8 @@ struct Launcher {
                                               resident, &grid);
         !st.ok())
       return st;
-    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset(), maps, o_map);
+    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset(), score_mod_args(p), maps,
+                                                     o_map);
     FA_LAUNCH_RETURN();
     return Status::Ok();
   }
@@ -420,7 +428,9 @@ const Capabilities kCaps = [] {
   c.varlen = true;                          // packed sequences (cu_seqlens): decode-sized ones the decode
                                             // kernel, longer ones this one
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
-  c.sliding_window = true;  // window_size: WindowFlag's kernels (forward; the backward refuses it)
+  c.sliding_window = true;                          // window_size: WindowFlag's kernels (forward and backward)
+  c.softcap = c.alibi = c.sinks = true;  // ScoreMods' kernels (kernels/score_mod.h), forward and backward, and
+                                         // the decode kernel's; long packed sequences refused (decode::route)
   return c;
 }();
 

@@ -5,7 +5,8 @@
 //   Mask      which KV tiles a Q tile visits and which need the element test (kernels/mask.h):
 //             by default the call's causal flag (either alignment) at run time, as step 10; a
 //             sliding window is one more policy, with masked tiles at both ends of the range.
-//   ScoreMod  a hook on each score tile before the row max (Identity: no instruction).
+//   ScoreMod  a hook on each score tile before the row max, and on each row before the store
+//             (kernels/score_mod.h): Identity (no instruction), or the call's softcap, ALiBi and sinks.
 //   Scheduler which Q tile and (batch, head) a block works on (Grid: one block per tile, the
 //             longest causal tiles first).
 //   Epilogue  how O and LSE leave (RegisterStore: bf16 pairs from the accumulators).
@@ -68,7 +69,8 @@ struct Config {
 template <int HEAD_DIM, typename Cfg, typename MaskT = CausalFlag, typename ScoreMod = Identity,
           typename Scheduler = GridScheduler, typename Epilogue = RegisterStore>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS)
-    attention_kernel(const AttentionParams params, const float scale_log2, const int64_t offset) {
+    attention_kernel(const AttentionParams params, const float scale_log2, const int64_t offset,
+                     const ScoreModArgs mods) {
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
   constexpr int STAGES = Cfg::STAGES, M_TILES = Cfg::M_TILES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
   using Layout = SwizzledLayout<HEAD_DIM>;
@@ -143,7 +145,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     m_i[t] = rows(-INFINITY);
     l_i[t] = rows(0.0f);
   }
-  const ScoreMod score_mod{};
+  const ScoreMod score_mod = ScoreMod::make(params, mods, b, h);
 
   // ---- KV loop
   for (int i = 0; i < n_blocks; ++i) {
@@ -184,8 +186,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
 #pragma unroll
   for (int t = 0; t < M_TILES; ++t) {
     const int tile_row0 = warp * ROWS_PER_WARP + kMmaRows * t;
-    Epilogue::store(Out<>{o_ptr, params.o_stride.seq, lse_ptr, tile_row0, n_q - m_start}, o_i[t], m_i[t],
-                    quad_sum(l_i[t]), scale_log2);
+    Rows l = quad_sum(l_i[t]);
+    score_mod.finish(o_i[t], m_i[t], l, params, h);  // a sink's term in the denominator and the LSE
+    Epilogue::store(Out<>{o_ptr, params.o_stride.seq, lse_ptr, tile_row0, n_q - m_start}, o_i[t], m_i[t], l,
+                    scale_log2);
   }
 }
 
@@ -198,19 +202,24 @@ struct Launcher {
     // and it has no window kernel of its own.
     constexpr bool kWindowElsewhere = HEAD_DIM == 64 && Cfg::BLOCK_M == 128 && Cfg::BLOCK_N == 128 && Cfg::STAGES == 2;
     if constexpr (kWindowElsewhere)
-      if (p.has_window()) return launch<HEAD_DIM, Config<128, 64, 2>>(p, stream);
+      if (p.has_window() || p.has_score_mods()) return launch<HEAD_DIM, Config<128, 64, 2>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     // A sliding window runs kernels of its own (WindowFlag: the range starts past tile 0, masked
-    // tiles at both ends); every other call the default policy's.
+    // tiles at both ends), score modifications theirs (WindowFlag, which takes any mask, and
+    // ScoreMods: softcap, ALiBi and sinks read at run time); every other call the default policies'.
     auto kernel = attention_kernel<HEAD_DIM, Cfg>;
-    if constexpr (!kWindowElsewhere)
-      if (p.has_window()) kernel = attention_kernel<HEAD_DIM, Cfg, WindowFlag>;
+    if constexpr (!kWindowElsewhere) {
+      if (p.has_score_mods())
+        kernel = attention_kernel<HEAD_DIM, Cfg, WindowFlag, ScoreMods>;
+      else if (p.has_window())
+        kernel = attention_kernel<HEAD_DIM, Cfg, WindowFlag>;
+    }
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     dim3 grid;
     if (Status st = GridScheduler::grid({int(cdiv(p.seqlen_q, Cfg::BLOCK_M)), p.batch * p.heads_q, p.causal}, 0, &grid);
         !st.ok())
       return st;
-    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset());
+    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset(), score_mod_args(p));
     FA_LAUNCH_RETURN();
     return Status::Ok();
   }
@@ -230,12 +239,14 @@ const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
 const Capabilities kCaps = [] {
   Capabilities c = forward_caps({64, 128});  // step 10's: nothing beyond the common ones,
   c.deterministic_backward = true;           // and the production backward's deterministic mode
-  c.split_kv = true;        // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
-  c.seqlens_kv = true;      // ... and reads a length per sequence (kernels/fwd_decode.cu)
-  c.paged_kv = true;        // ... a paged cache
-  c.varlen = true;          // ... and packed sequences of any length (cu_seqlens)
-  c.kv_append = true;       // ... and appends to the cache in the call (k_new, v_new)
-  c.sliding_window = true;  // window_size: WindowFlag's kernels (forward; the backward refuses it)
+  c.split_kv = true;                     // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
+  c.seqlens_kv = true;                   // ... and reads a length per sequence (kernels/fwd_decode.cu)
+  c.paged_kv = true;                     // ... a paged cache
+  c.varlen = true;                       // ... and packed sequences of any length (cu_seqlens)
+  c.kv_append = true;                    // ... and appends to the cache in the call (k_new, v_new)
+  c.sliding_window = true;               // window_size: WindowFlag's kernels (forward and backward)
+  c.softcap = c.alibi = c.sinks = true;  // ScoreMods' kernels (kernels/score_mod.h), forward and backward,
+                                         // and the decode kernel's MODS ones
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
   return c;
 }();

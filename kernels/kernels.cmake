@@ -89,7 +89,14 @@ function(fa_production_kernel name source)
   if(NOT FA_BUILD_TESTS)
     return()
   endif()
-  add_executable(fa_test_kernel_${name} ${A_TESTS} ${CMAKE_SOURCE_DIR}/steps/06_autotune/tests/autotune_test.cpp)
+  # The tests as an object library of their own: the kernel's test program and its bug-catalog
+  # mutants' (tests/bugs/mutants.cmake, kernels/bugs/) link the same objects.
+  add_library(fa_kernel_tests_${name} OBJECT ${A_TESTS} ${CMAKE_SOURCE_DIR}/steps/06_autotune/tests/autotune_test.cpp)
+  target_link_libraries(fa_kernel_tests_${name} PRIVATE fa_harness GTest::gtest)
+  set_property(GLOBAL PROPERTY FA_KERNEL_SOURCE_${name} ${source})
+  set_property(GLOBAL PROPERTY FA_KERNEL_ARCH_${name} "${A_ARCH}")
+  set_property(GLOBAL PROPERTY FA_KERNEL_BUILD_ID_${name} ${build_id})
+  add_executable(fa_test_kernel_${name} $<TARGET_OBJECTS:fa_kernel_tests_${name}>)
   target_link_libraries(fa_test_kernel_${name} PRIVATE fa_gpu_suite fa_kernel_${name} fa_kernel_bwd_mma
                                                        fa_kernel_bwd_hopper fa_kernel_decode fa_harness GTest::gtest)
   gtest_discover_tests(fa_test_kernel_${name} TEST_PREFIX "kernels.${name}." DISCOVERY_TIMEOUT 60
@@ -165,44 +172,28 @@ if(FA_BUILD_TESTS)
     add_test(NAME static.kernels.bwd_mma.same_as_step23
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
                      --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_mma> --step $<TARGET_OBJECTS:fa_step23>
-                     --ins HMMA LDSM LDGSTS MUFU.EX2 RED REDG BAR.SYNC --head-dims ${FA_HEAD_DIMS})
+                     --ins HMMA LDSM LDGSTS MUFU.EX2 RED REDG BAR.SYNC --head-dims ${FA_HEAD_DIMS}
+                     --skip WindowFlag)
     set_tests_properties(static.kernels.bwd_mma.same_as_step23 PROPERTIES LABELS "static;kernels")
   endif()
 endif()
 
-# The Hopper backward's rules: step 36's where it takes step 36's way (D = 128, and every
-# deterministic configuration: wgmma only, TMA loads behind mbarriers, setmaxnreg, dQ through the
-# copy engine's bulk reduce and no atomic, no cp.async, no local memory), step 34's where it takes
-# step 34's (D = 64, not deterministic: 16-byte dQ atomics); and the instruction counts of the
-# step each configuration follows (kernels/bwd_hopper.cu's header).
+# The Hopper backward's rules: step 37's (wgmma only, TMA loads behind mbarriers, setmaxnreg, dQ
+# through the copy engine's bulk reduce and no atomic, no cp.async, no local memory) and step 37's
+# instruction counts per configuration (step 24's kernel on step 33's diet, warp-specialised as
+# step 34, dQ by step 36's copy-engine warp, step 37's 128-query tiles at D = 64).
 if(FA_BUILD_TESTS)
-  set(bwd_hopper_dq_warp "backward_kernelILi128E|backward_kernel.*Lb1E")
-  set(bwd_hopper_atomics "backward_kernelILi64E.*Lb0E")
   fa_sass_check_command(cmd fa_kernel_bwd_hopper REQUIRE HGMMA UTMALDG SYNCS USETMAXREG UTMAREDG
-                        FORBID HMMA LDSM LDGSTS REDG ATOMG KERNEL "${bwd_hopper_dq_warp}")
+                        FORBID HMMA LDSM LDGSTS REDG ATOMG KERNEL backward_kernel)
   add_test(NAME static.kernels.bwd_hopper COMMAND ${cmd})
   set_tests_properties(static.kernels.bwd_hopper PROPERTIES LABELS "static;kernels")
-  if("64" IN_LIST FA_HEAD_DIMS)
-    fa_sass_check_command(cmd fa_kernel_bwd_hopper REQUIRE HGMMA UTMALDG SYNCS USETMAXREG REDG.E.ADD.F32x4
-                          FORBID HMMA LDSM LDGSTS UTMAREDG REDG.E.ADD.F32 REDG.E.ADD.F32x2 KERNEL "${bwd_hopper_atomics}")
-    add_test(NAME static.kernels.bwd_hopper.atomics COMMAND ${cmd})
-    set_tests_properties(static.kernels.bwd_hopper.atomics PROPERTIES LABELS "static;kernels")
-  endif()
-  if(Python3_Interpreter_FOUND AND TARGET fa_step36)
-    add_test(NAME static.kernels.bwd_hopper.same_as_step36
+  if(Python3_Interpreter_FOUND AND TARGET fa_step37)
+    add_test(NAME static.kernels.bwd_hopper.same_as_step37
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
-                     --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_hopper> --step $<TARGET_OBJECTS:fa_step36>
+                     --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_hopper> --step $<TARGET_OBJECTS:fa_step37>
                      --ins HGMMA UTMALDG UTMAREDG SYNCS.ARRIVE MUFU.EX2 RED REDG BAR.SYNC BAR.ARV
-                     --head-dims ${FA_HEAD_DIMS} --only "${bwd_hopper_dq_warp}")
-    set_tests_properties(static.kernels.bwd_hopper.same_as_step36 PROPERTIES LABELS "static;kernels")
-  endif()
-  if(Python3_Interpreter_FOUND AND TARGET fa_step34 AND "64" IN_LIST FA_HEAD_DIMS)
-    add_test(NAME static.kernels.bwd_hopper.same_as_step34
-             COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
-                     --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_hopper> --step $<TARGET_OBJECTS:fa_step34>
-                     --ins HGMMA UTMALDG SYNCS.ARRIVE MUFU.EX2 RED REDG BAR.SYNC
-                     --head-dims ${FA_HEAD_DIMS} --only "${bwd_hopper_atomics}")
-    set_tests_properties(static.kernels.bwd_hopper.same_as_step34 PROPERTIES LABELS "static;kernels")
+                     --head-dims ${FA_HEAD_DIMS} --skip WindowFlag)
+    set_tests_properties(static.kernels.bwd_hopper.same_as_step37 PROPERTIES LABELS "static;kernels")
   endif()
 endif()
 

@@ -191,6 +191,11 @@ FA_HD TileRange q_tiles(const Mask& m, int64_t n_start, int block_n, int block_m
 // before the full ones is masked; the kernels' loops are then the steps' exactly (a tile index from
 // 0, one bound), which at the register cap decides between spilling and not.
 
+/// The Q tiles [first, end) that see a KV tile, as the backward kernels walk them.
+struct QTileSpan {
+  int64_t first, end;
+};
+
 /// The default: the call's causal flag, either alignment, decided at run time in one kernel as the
 /// steps do; its element test is the lessons' (device/mask.h). A compile-time mask (a sliding
 /// window) is a policy with its own kernels.
@@ -227,6 +232,15 @@ struct CausalFlag {
     const int64_t first_query = p.causal ? n_start - offset : 0;
     return first_query <= 0 ? 0 : first_query / block_m;
   }
+  /// The backward kernels' question, the same for every policy: the Q tiles [first, end) that see the
+  /// KV tile at n_start. Here from q_tile_first to the last Q tile.
+  FA_HD static QTileSpan q_tile_span(const AttentionParams& p, int64_t offset, int64_t n_start, int /*block_n*/,
+                                     int block_m) {
+    return {q_tile_first(p, offset, n_start, block_m), (p.seqlen_q + block_m - 1) / block_m};
+  }
+  /// The first KV tile that sees a Q tile (where its deterministic turn starts): 0, every row's keys
+  /// start at key 0.
+  FA_HD static int64_t kv_tile_first(const AttentionParams&, int64_t, int64_t, int, int) { return 0; }
   /// Whether the block of queries [q0, q0 + rows) × keys [n_start, n_start + block_n) has an element
   /// that is not visible (a missing query or key, or one past a query's diagonal): the blocks that
   /// need the element test. In int, as the kernel's indices (|offset| < 2^30).
@@ -239,7 +253,7 @@ struct CausalFlag {
 /// The call's sliding window (AttentionParams::window_left, window_right), with its causal flag
 /// folded in (causal bounds the right side at the diagonal) and the ragged bound: its own kernels,
 /// in which a Q tile's KV tiles start past tile 0 and are masked at both ends (kFromFirstKey false:
-/// the general loop). Forward only; the backward refuses a window.
+/// the general loop). Forward and backward.
 struct WindowFlag {
   static constexpr bool kFromFirstKey = false;
   /// The interval policy of one sequence of N_kv keys with diagonal offset `offset`.
@@ -262,8 +276,38 @@ struct WindowFlag {
   FA_HD static Both<KeyBound, SlidingWindow>::Element element(const AttentionParams& p, int64_t n_kv, int64_t offset) {
     return policy(p, n_kv, offset).element();
   }
-  /// A window gives every Q tile about the same number of KV tiles: no reordering.
-  FA_HD static bool longest_first(const AttentionParams&) { return false; }
+  /// A window gives every Q tile about the same number of KV tiles: no reordering. A causal call
+  /// without one (the score modifications' kernels take every mask through this policy) has the
+  /// causal flag's triangle: its longest Q tiles first.
+  FA_HD static bool longest_first(const AttentionParams& p) {
+    return p.causal && p.window_left < 0 && p.window_right < 0;
+  }
+
+  // The backward's side (kernels/bwd_mma.cu, kernels/bwd_hopper.cu). Unlike the causal flag's, a
+  // window's Q tiles of a KV tile end before the last one, and a Q tile's first KV tile is not 0:
+  // its deterministic turn starts there.
+  /// The Q tiles (of block_m rows) that see a key of the KV tile starting at n_start: [first, end).
+  FA_HD static TileRange q_range(const AttentionParams& p, int64_t offset, int64_t n_start, int block_n, int block_m) {
+    return q_tiles(policy(p, p.seqlen_kv, offset), n_start, block_n, block_m, p.seqlen_q);
+  }
+  FA_HD static QTileSpan q_tile_span(const AttentionParams& p, int64_t offset, int64_t n_start, int block_n,
+                                     int block_m) {
+    const TileRange r = q_range(p, offset, n_start, block_n, block_m);
+    return {r.first, r.end};
+  }
+  /// The first KV tile (of block_n keys) that a key of some row of [m_start, m_start + rows) sees:
+  /// where the deterministic mode's turn for that Q tile starts.
+  FA_HD static int64_t kv_tile_first(const AttentionParams& p, int64_t offset, int64_t m_start, int rows, int block_n) {
+    return range(p, offset, m_start, rows, block_n).first;
+  }
+  /// Whether the block of queries [q0, q0 + rows) × keys [n_start, n_start + block_n) has an element
+  /// that is not visible: a missing query or key, or a key outside some row's window (the first row
+  /// has the lowest upper edge, the last row the highest lower edge).
+  FA_HD static bool block_masked(const AttentionParams& p, int offset, int q0, int rows, int n_start, int block_n) {
+    if (int64_t(n_start) + block_n > p.seqlen_kv || int64_t(q0) + rows > p.seqlen_q) return true;
+    const auto m = policy(p, p.seqlen_kv, offset);
+    return !(m.lo(q0 + rows - 1) <= n_start && m.hi(q0) >= int64_t(n_start) + block_n);
+  }
 };
 
 }  // namespace fa::kernels

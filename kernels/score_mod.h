@@ -1,18 +1,238 @@
 // The production kernels' ScoreMod policies: a hook on each score tile S = Q·Kᵀ (raw, before the
-// softmax scale) after the product and before the mask and the row max. A policy is a functor
-// called as score_mod(s, row0, col0) on a warp's (16, N) tile whose first row is query row `row0`
-// and first column key `col0`, in the fragment layout of device/warp_tile.h (wgmma's accumulators
-// share it). Softcap and ALiBi are ScoreMods; Identity compiles to no instruction.
+// softmax scale) after the product and before the mask and the row max, and one on each finished
+// row before the epilogue. A policy is a functor called as score_mod(s, row0, col0) on a warp's
+// (16, N) tile whose first row is query row `row0` and first column key `col0`, in the fragment
+// layout of device/warp_tile.h (wgmma's accumulators share it); the backward calls
+// score_mod.transposed(s, key0, query0) on its (keys, queries) tiles and score_mod.ds_transposed
+// for dSᵀ.
+//
+//   Identity   compiles to no instruction: the kernels the steps measured.
+//   ScoreMods  the call's softcap, ALiBi and sinks (AttentionParams, Part VI), read at run time, so
+//              that one more kernel per configuration serves all three and every combination.
+//
+// The kernels work in raw score units (the scale is folded into the exp2's constant c = scale·log2 e),
+// so each modification is converted into them once, on the host (ScoreModArgs, a kernel parameter
+// the kernels read from the constant bank), and a (batch, head)'s slope once per work tile:
+//   softcap  scale·s ← cap·tanh(scale·s / cap)   is   s ← (cap/scale)·tanh(s·scale/cap): the cap sits
+//            on the scaled score, as flash-attn's (the scale inside the tanh, not after it);
+//   ALiBi    scale·s ← scale·s − slope·|i + N_kv − N_q − j|   is   s ← s − (slope/scale)·|…|;
+//   sink     a logit `sink` beside the row's scaled scores is one of sink/scale raw units: at the
+//            end, l ← l·α + 2^(c·sink/scale − c·m′), m′ = max(m, sink/scale), O ← α·O, α = 2^(c·m − c·m′).
+// The backward needs the cap's derivative, dS ← dS·(1 − t²) with t = tanh(scale·s/cap). Instead of
+// a tile of t kept alive from the scores to dS (registers the backwards do not have), t is read
+// back from P itself: P = 2^(c·s′ − lse₂), so c·s′ = log₂ P + lse₂ and t = (s′ + bias)·scale/cap.
+// Where P is 0 (masked, underflowed, or a row that saw no key, lse₂ = +inf) the factor is 0: its
+// dS is 0 anyway, and log₂ 0 + lse₂ would be −inf or NaN.
+//
+// The scalar forms (FA_HD) are what the tile functions apply per element; the CPU tests check them
+// against the fp64 reference's formulas (tests/cpu/score_mod_test.cpp).
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+
+#include "device/backward_tile.h"
 #include "device/warp_tile.h"
+#include "fa/params.h"
 
 namespace fa::kernels {
 
+/// tanh as 1 − 2/(e^(2x) + 1), on the special-function unit's exp2 and reciprocal: an absolute error
+/// of about 1e-6. (`tanh.approx.f32`, one instruction, has a relative error of up to 2^-11: under a
+/// cap of 50, logits moved by up to 0.025, six times the bf16 rounding of P.) |x| is clamped at 15,
+/// where tanh is ±1 in fp32, so that e^(2x) never overflows. std::tanh on the host. The forward and
+/// the backward's recomputation run the same instructions on the same score, so P agrees with the
+/// LSE the forward stored.
+FA_HD float tanh_fast(float x) {
+#if defined(__CUDA_ARCH__)
+  x = fminf(fmaxf(x, -15.0f), 15.0f);
+  const float e = ptx::exp2_approx(x * 2.8853900817779268f);  // e^(2x) = 2^(2x·log₂ e)
+  return 1.0f - __fdividef(2.0f, e + 1.0f);
+#else
+  return std::tanh(x);
+#endif
+}
+
+/// log₂ on the special-function unit (`lg2.approx.ftz.f32`; 0 gives −inf), std::log2 on the host.
+FA_HD float log2_fast(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return std::log2(x);
+#endif
+}
+
+/// What the score modifications need beyond the call's arrays, in the kernels' raw score units:
+/// computed once on the host (score_mod_args) and passed as a kernel parameter, so that the kernels
+/// read these from the constant bank instead of holding them in registers through their loops.
+struct ScoreModArgs {
+  float cap = 0.0f;         // softcap / scale; 0: no cap
+  float inv_cap = 0.0f;     // scale / softcap
+  float inv_scale = 0.0f;   // 1 / scale: an ALiBi slope or a sink logit into raw units
+  float inv_c = 0.0f;       // 1 / c, c = scale·log₂ e
+  float scale_log2 = 0.0f;  // c
+  int offset = 0;           // ALiBi's diagonal: N_kv − N_q (bottom-right, whatever causal_align says)
+};
+
+inline ScoreModArgs score_mod_args(const AttentionParams& p) {
+  ScoreModArgs a;
+  const float scale = p.effective_scale();
+  if (p.softcap > 0.0f) {
+    a.cap = p.softcap / scale;
+    a.inv_cap = scale / p.softcap;
+  }
+  a.inv_scale = 1.0f / scale;
+  a.scale_log2 = scale * 1.4426950408889634f;
+  a.inv_c = 1.0f / a.scale_log2;
+  a.offset = int(p.seqlen_kv - p.seqlen_q);
+  return a;
+}
+
 struct Identity {
+  static constexpr bool kActive = false;
 #if defined(__CUDACC__)
+  __device__ __forceinline__ static Identity make(const AttentionParams&, const ScoreModArgs&, int64_t /*b*/,
+                                                  int64_t /*h*/) {
+    return {};
+  }
+  __device__ __forceinline__ static Identity reload(const AttentionParams&, const ScoreModArgs&, int64_t, int64_t) {
+    return {};
+  }
   template <int N>
   __device__ __forceinline__ void operator()(tile::Acc<N>&, int /*row0*/, int /*col0*/) const {}
+  template <int N>
+  __device__ __forceinline__ void transposed(tile::Acc<N>&, int /*key0*/, int /*query0*/) const {}
+  /// dSᵀ = Pᵀ ∘ (dPᵀ − D): device/backward_tile.h's ds_cols.
+  template <int N>
+  __device__ __forceinline__ tile::Acc<N> ds_transposed(const tile::Acc<N>& p, const tile::Acc<N>& dp,
+                                                        const float* delta, const float*, int, int) const {
+    return tile::ds_cols(p, dp, delta);
+  }
+  template <int D>
+  __device__ __forceinline__ void finish(tile::Acc<D>&, tile::Rows&, tile::Rows&, const AttentionParams&,
+                                         int64_t) const {}
+#endif
+};
+
+/// The score modifications of one (batch, query head): the args and its ALiBi slope (raw units; 0:
+/// none). The scalar forms are what the tile functions apply per element.
+struct ScoreMods {
+  static constexpr bool kActive = true;
+  ScoreModArgs a;
+  float slope = 0.0f;
+
+  /// ALiBi's |i + N_kv − N_q − j| of query `row`, key `col`.
+  FA_HD float distance(int row, int col) const {
+    const int d = row + a.offset - col;
+    return float(d < 0 ? -d : d);
+  }
+  /// Score s (raw) of query `row`, key `col` → the modified score (raw).
+  FA_HD float score(float s, int row, int col) const {
+    if (a.cap != 0.0f) s = a.cap * tanh_fast(s * a.inv_cap);
+    if (slope != 0.0f) s -= slope * distance(row, col);
+    return s;
+  }
+  /// The cap's derivative 1 − t² of query `row`, key `col` from its probability p = 2^(c·s′ − lse2)
+  /// (1 without a cap).
+  FA_HD float ds_factor(float p, float lse2, int row, int col) const {
+    if (a.cap == 0.0f) return 1.0f;
+    if (!(p > 0.0f)) return 0.0f;  // masked, underflowed, or a row with no key (lse₂ = +inf): its dS is 0
+    float capped = (log2_fast(p) + lse2) * a.inv_c;  // s′, the modified score
+    if (slope != 0.0f) capped += slope * distance(row, col);
+    const float t = fminf(fmaxf(capped * a.inv_cap, -1.0f), 1.0f);
+    return 1.0f - t * t;
+  }
+  /// A row's softmax state (m raw units, l its sum relative to m) with a sink of `sink` raw units
+  /// added (−inf: none); alpha: what the row's unnormalised O must be multiplied by.
+  FA_HD void finish_row(float& m, float& l, float& alpha, float sink) const {
+    alpha = 1.0f;
+    if (sink == -INFINITY) return;
+    const float m_new = fmaxf(m, sink);
+    alpha = exp2_scaled(m - m_new);  // 0 for a row that saw no key (m = −inf)
+    l = l * alpha + exp2_scaled(sink - m_new);
+    m = m_new;
+  }
+  FA_HD float exp2_scaled(float x) const {
+#if defined(__CUDA_ARCH__)
+    return ptx::exp2_approx(x * a.scale_log2);
+#else
+    return std::exp2(x * a.scale_log2);
+#endif
+  }
+
+#if defined(__CUDACC__)
+  /// Batch b, query head h's.
+  __device__ __forceinline__ static ScoreMods make(const AttentionParams& p, const ScoreModArgs& args, int64_t b,
+                                                   int64_t h) {
+    return {args, p.alibi_slopes ? p.alibi_slopes[b * p.alibi_slopes_stride_batch + h] * args.inv_scale : 0.0f};
+  }
+  /// The same, its slope read again from memory (a volatile load the compiler cannot merge with the
+  /// first): for a kernel that would otherwise hold the slope in a register from the scores to dS.
+  __device__ __forceinline__ static ScoreMods reload(const AttentionParams& p, const ScoreModArgs& args, int64_t b,
+                                                     int64_t h) {
+    float slope = 0.0f;
+    if (p.alibi_slopes) {
+      asm volatile("ld.global.nc.f32 %0, [%1];\n"
+                   : "=f"(slope)
+                   : "l"(p.alibi_slopes + b * p.alibi_slopes_stride_batch + h));
+      slope *= args.inv_scale;
+    }
+    return {args, slope};
+  }
+  /// The scores of a warp's (16, N) tile, rows queries from row0, columns keys from col0.
+  template <int N>
+  __device__ __forceinline__ void operator()(tile::Acc<N>& s, int row0, int col0) const {
+    const int lane = tile::lane_id();
+#pragma unroll
+    for (int f = 0; f < N / 8; ++f)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s.c[f][e] = score(s.c[f][e], row0 + ptx::mma_c_row(lane, e), col0 + f * 8 + ptx::mma_c_col(lane, e));
+  }
+  /// The same on a (keys, queries) tile: rows keys from key0, columns queries from query0.
+  template <int N>
+  __device__ __forceinline__ void transposed(tile::Acc<N>& s, int key0, int query0) const {
+    const int lane = tile::lane_id();
+#pragma unroll
+    for (int f = 0; f < N / 8; ++f)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s.c[f][e] = score(s.c[f][e], query0 + f * 8 + ptx::mma_c_col(lane, e), key0 + ptx::mma_c_row(lane, e));
+  }
+  /// dSᵀ = Pᵀ ∘ (dPᵀ − D) ∘ (1 − t²) on a (keys, queries) tile, t read back from Pᵀ and the columns'
+  /// lse₂; D and lse₂ in shared memory by column from query0's. One pass, each element's D and lse₂
+  /// read where they are used (a pass for the factor after device/backward_tile.h's ds_cols held
+  /// more values at once: D = 64's Hopper kernel spilled).
+  template <int N>
+  __device__ __forceinline__ tile::Acc<N> ds_transposed(const tile::Acc<N>& p, const tile::Acc<N>& dp,
+                                                        const float* delta, const float* lse2, int key0,
+                                                        int query0) const {
+    const int lane = tile::lane_id();
+    tile::Acc<N> ds;
+#pragma unroll
+    for (int f = 0; f < N / 8; ++f)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = f * 8 + ptx::mma_c_col(lane, e);
+        ds.c[f][e] = p.c[f][e] * (dp.c[f][e] - delta[col]) *
+                     ds_factor(p.c[f][e], lse2[col], query0 + col, key0 + ptx::mma_c_row(lane, e));
+      }
+    return ds;
+  }
+  /// After the last KV tile, query head h's sink (if the call has sinks): m, l (the full row sum)
+  /// and O as finish_row says.
+  template <int D>
+  __device__ __forceinline__ void finish(tile::Acc<D>& o, tile::Rows& m, tile::Rows& l, const AttentionParams& p,
+                                         int64_t h) const {
+    if (p.sinks == nullptr) return;
+    const float sink = p.sinks[h] * a.inv_scale;
+    tile::Rows alpha;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) finish_row(m.r[r], l.r[r], alpha.r[r], sink);
+    tile::rescale(o, alpha);
+  }
 #endif
 };
 

@@ -64,6 +64,7 @@ std::string Key::str() const {
   s += lse ? " lse=1" : " lse=0";
   if (split != "none") append_field(s, " split=", split);     // unsplit keys read as before Part V
   if (window != "none") append_field(s, " window=", window);  // keys without a window read as before
+  if (mods != "none") append_field(s, " mods=", mods);        // likewise without modifications
   append_field(s, " gpu=", gpu);
   append_field(s, " build=", build_id);
   std::replace(s.begin(), s.end(), '\t', ' ');  // tabs separate the fields of the file
@@ -93,6 +94,14 @@ Key shape_key(const AttentionParams& p) {
   if (p.has_window())
     k.window = std::to_string(p.window_left) + "," + std::to_string(p.window_right) +
                (p.causal_align == CausalAlign::bottom_right ? ",bottom_right" : ",top_left");
+  if (p.has_score_mods()) {
+    std::string m;
+    for (const auto& [on, name] :
+         {std::pair{p.softcap != 0.0f, "softcap"}, std::pair{p.alibi_slopes != nullptr, "alibi"},
+          std::pair{p.sinks != nullptr, "sinks"}})
+      if (on) m += (m.empty() ? "" : "+") + std::string(name);
+    k.mods = m;
+  }
   return k;
 }
 

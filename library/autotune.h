@@ -59,6 +59,9 @@ struct Key {
   std::string split = "none";
   /// A sliding window: "none", or "left,right,alignment" (its own kernels, its own timings).
   std::string window = "none";
+  /// Score modifications: "none", or which of "softcap", "alibi", "sinks" the call has, joined by
+  /// '+' (their own kernels, their own timings: the cap makes the forward SFU-bound).
+  std::string mods = "none";
   std::string gpu;       ///< device name, e.g. "NVIDIA H200"
   std::string build_id;  ///< identifies the compiled kernels (FA_BUILD_ID of the step)
   /// One line of text without tabs, the cache's lookup key, e.g. "nq=4096 nkv=4096 d=64 b=2

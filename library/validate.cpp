@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include <cuda_runtime.h>
 
@@ -90,6 +91,12 @@ u128 extent_bytes(const Tensor& t, int elem_bytes) {
   for (int a = 0; a < 4; ++a)
     if (t.size[a] > 1) span += u128(uint64_t(t.size[a] - 1)) * u128(uint64_t(t.stride[a]));
   return span * u128(elem_bytes);
+}
+
+// The bytes the ALiBi slopes span: H_q floats, or with a batch stride B − 1 strides more.
+u128 slopes_bytes(const AttentionParams& p) {
+  const u128 last = u128(uint64_t(p.batch > 0 ? p.batch - 1 : 0)) * u128(uint64_t(p.alibi_slopes_stride_batch));
+  return (last + u128(uint64_t(p.heads_q))) * 4;
 }
 
 bool overlaps(const void* a, u128 a_bytes, const void* b, u128 b_bytes) {
@@ -305,6 +312,8 @@ Status check_score_mods(const AttentionParams& p, const Capabilities& caps) {
           " (one per batch entry and head; got " + std::to_string(p.alibi_slopes_stride_batch) + ")");
   }
   if (p.sinks && !caps.sinks) return fail("this step has no attention sinks: sinks must be null");
+  if ((p.alibi_slopes && !aligned(p.alibi_slopes, 4)) || (p.sinks && !aligned(p.sinks, 4)))
+    return fail("alibi_slopes and sinks must be 4-byte aligned fp32 arrays");
   return Status::Ok();
 }
 
@@ -427,6 +436,18 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
                 overlaps(p.lse, lse_bytes, p.k, k_bytes) || overlaps(p.lse, lse_bytes, p.v, v_bytes)))
     return fail("lse overlaps q, k, v or o: it must be a separate buffer");
 
+  // The score modifications' arrays are read while O and the LSE are written.
+  for (const auto& [name, ptr, bytes] :
+       {std::tuple{"alibi_slopes", static_cast<const void*>(p.alibi_slopes),
+                   p.alibi_slopes ? slopes_bytes(p) : u128(0)},
+        std::tuple{"sinks", static_cast<const void*>(p.sinks), u128(uint64_t(p.heads_q)) * kLseBytes}})
+    if (ptr && (overlaps(ptr, bytes, p.o, o_bytes) || (p.lse && overlaps(ptr, bytes, p.lse, lse_bytes)) ||
+                (p.workspace && overlaps(ptr, bytes, p.workspace, u128(p.workspace_bytes))) ||
+                (p.k_new && (overlaps(ptr, bytes, p.k, k_bytes) || overlaps(ptr, bytes, p.v, v_bytes)))))
+      return fail(std::string(name) +
+                  " overlaps o, lse, the workspace or (with an append) k or v: the call writes those while it reads "
+                  "it, so it must be a separate buffer");
+
   // Split-KV: the count, the step's support, and the workspace the splits need.
   if (p.num_splits < 0 || p.num_splits > kMaxKvSplits)
     return fail("num_splits must be 0 (the step chooses), 1 (no split) or up to " + std::to_string(kMaxKvSplits) +
@@ -545,6 +566,10 @@ Status validate_backward(const BackwardParams& bp, const Capabilities& caps) {
         "the backward takes no seqlens_kv, block_table, cu_seqlens, k_new or v_new (they are the forward's, for "
         "inference)");
   if (Status st = validate_input(p, caps); !st.ok()) return st;
+  if (p.sinks && !bp.dsinks)
+    return fail("with sinks the backward needs dsinks (H_q floats for the sinks' gradient); got null");
+  if (!p.sinks && bp.dsinks) return fail("dsinks is the sinks' gradient: the call has no sinks");
+  if (bp.dsinks && !aligned(bp.dsinks, 4)) return fail("dsinks must be 4-byte aligned (H_q floats)");
   auto tensor = [&](const char* name, const void* ptr, bool q_side, const Strides& s) {
     return call_tensor(p, name, ptr, q_side, s);
   };
@@ -575,6 +600,7 @@ Status validate_backward(const BackwardParams& bp, const Capabilities& caps) {
   const u128 lse_bytes =
       (p.cu_seqlens_q ? u128(uint64_t(p.total_q)) : u128(uint64_t(p.batch)) * u128(uint64_t(p.seqlen_q))) *
       u128(uint64_t(p.heads_q)) * kLseBytes;
+  const u128 sinks_bytes = u128(uint64_t(p.heads_q)) * kLseBytes;  // H_q floats
   struct Span {
     const char* name;
     const void* ptr;
@@ -586,11 +612,14 @@ Status validate_backward(const BackwardParams& bp, const Capabilities& caps) {
                         {"o", o.ptr, extent_bytes(o, kElementBytes)},
                         {"lse", p.lse, lse_bytes},
                         {"d_o", d_o.ptr, extent_bytes(d_o, kElementBytes)},
+                        {"alibi_slopes", p.alibi_slopes, p.alibi_slopes ? slopes_bytes(p) : u128(0)},
+                        {"sinks", p.sinks, p.sinks ? sinks_bytes : u128(0)},
                         {"dq", dq.ptr, extent_bytes(dq, kElementBytes)},
                         {"dk", dk.ptr, extent_bytes(dk, kElementBytes)},
                         {"dv", dv.ptr, extent_bytes(dv, kElementBytes)},
-                        {"workspace", bp.workspace, u128(need)}};
-  constexpr int kFirstOutput = 6;  // dq, dk, dv and the workspace are written
+                        {"workspace", bp.workspace, u128(need)},
+                        {"dsinks", bp.dsinks, bp.dsinks ? sinks_bytes : u128(0)}};
+  constexpr int kFirstOutput = 8;  // dq, dk, dv, the workspace and dsinks are written
   for (int i = kFirstOutput; i < int(std::size(spans)); ++i)
     for (int j = 0; j < int(std::size(spans)); ++j)
       if (j != i && (j < kFirstOutput || j > i) && overlaps(spans[i].ptr, spans[i].bytes, spans[j].ptr, spans[j].bytes))

@@ -28,27 +28,37 @@ __global__ void reference_kernel(AttentionParams p, float scale, int64_t offset,
   const KeyRange keys = visible_key_range(i, p.seqlen_kv, offset, p.causal, p.window_left, p.window_right);
   const int64_t j0 = keys.begin, n_keys = keys.end - keys.begin;
 
+  // The score modifications (include/fa/params.h), in their order: the cap on the scaled score,
+  // then ALiBi's bias, aligned bottom-right whatever causal_align says.
+  const float slope = p.alibi_slopes ? p.alibi_slopes[b * p.alibi_slopes_stride_batch + h] : 0.f;
+  const int64_t alibi_offset = p.seqlen_kv - p.seqlen_q;
   auto score = [&](int64_t j) {
     float dot = 0.f;
     for (int64_t d = 0; d < D; ++d) dot += __bfloat162float(q[d]) * __bfloat162float(k[j * p.k_stride.seq + d]);
-    return scale * dot;
+    float x = scale * dot;
+    if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
+    if (p.alibi_slopes) x -= slope * fabsf(float(i + alibi_offset - j));
+    return x;
   };
 
-  // Pass 1: the row max.
-  float m = -INFINITY;
+  // Pass 1: the row max (the sink's logit among the scores).
+  const float sink = p.sinks ? p.sinks[h] : -INFINITY;
+  float m = sink;
   for (int64_t j = j0; j < j0 + n_keys; ++j) m = fmaxf(m, score(j));
   // Pass 2: exp-sum and the weighted sum of V rows.
   float acc[kMaxHeadDim];
   for (int64_t d = 0; d < D; ++d) acc[d] = 0.f;
-  float l = 0.f;
+  const bool has_sink = sink > -INFINITY;     // a sink of −inf is none
+  float l = has_sink ? expf(sink - m) : 0.f;  // the sink: in the denominator, nothing in O
   for (int64_t j = j0; j < j0 + n_keys; ++j) {
     const float pj = expf(score(j) - m);
     l += pj;
     for (int64_t d = 0; d < D; ++d) acc[d] += pj * __bfloat162float(v[j * p.v_stride.seq + d]);
   }
   float* o = o_out + row * D;
-  for (int64_t d = 0; d < D; ++d) o[d] = n_keys > 0 ? acc[d] / l : 0.f;
-  if (lse_out) lse_out[row] = n_keys > 0 ? m + logf(l) : -INFINITY;
+  const bool any = n_keys > 0 || has_sink;  // a row with no key but a sink: O = 0, LSE = the sink
+  for (int64_t d = 0; d < D; ++d) o[d] = any ? acc[d] / l : 0.f;
+  if (lse_out) lse_out[row] = any ? m + logf(l) : -INFINITY;
 }
 
 }  // namespace
@@ -56,9 +66,7 @@ __global__ void reference_kernel(AttentionParams p, float scale, int64_t offset,
 Status gpu_reference(const AttentionParams& p, float* o_out, float* lse_out, cudaStream_t stream) {
   if (p.head_dim < 1 || p.head_dim > kMaxHeadDim) return Status::Error("gpu_reference: head dim must be in [1, 256]");
   if (!p.q || !p.k || !p.v || !o_out) return Status::Error("gpu_reference: null pointer");
-  // It computes plain softmax attention: a call with score modifications is the CPU reference's.
-  if (p.softcap != 0.0f || p.alibi_slopes || p.sinks)
-    return Status::Error("gpu_reference: no softcap, ALiBi or sinks (the CPU reference has them)");
+  if (!(p.softcap >= 0.0f)) return Status::Error("gpu_reference: softcap must be 0 or positive");
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
   const int threads = 128;
   reference_kernel<<<unsigned(cdiv(rows, threads)), threads, 0, stream>>>(p, p.effective_scale(), p.causal_offset(),

@@ -45,12 +45,13 @@ REQUIRED = [
     "combine-without-empty-guard", "paged-lookup-one-tile-behind", "varlen-load-past-sequence",
     "append-past-seqlens",
     # Part VI
-    "window-left-edge", "window-right-edge",
+    "window-left-edge", "window-right-edge", "softcap-outside-scale", "softcap-derivative-missing",
+    "sink-without-rescale", "sink-once-per-split",
 ]
 
-PATCH_RE = re.compile(r"steps/(\d\d)_\w+/bugs/[\w-]+\.patch")
+PATCH_RE = re.compile(r"steps/(\d\d)_\w+/bugs/[\w-]+\.patch|kernels/bugs/[\w-]+\.patch")
 # Paths the catalog may quote; anything in backticks that starts with one of these must exist.
-QUOTED_PATH_RE = re.compile(r"`((?:steps|tests|device|library|harness|reference|include|tools|scripts|docs|capi)/[^`\s]+)`")
+QUOTED_PATH_RE = re.compile(r"`((?:steps|tests|device|kernels|library|harness|reference|include|tools|scripts|docs|capi)/[^`\s]+)`")
 
 
 def parse_catalog(path):
@@ -107,7 +108,8 @@ def check(repo, build):
             if not os.path.exists(os.path.join(repo, m.group(1))):
                 errors.append(f"docs/bug_catalog.md:{n}: `{m.group(1)}` does not exist")
     patches = sorted(os.path.relpath(p, repo).replace(os.sep, "/")
-                     for p in glob.glob(os.path.join(repo, "steps", "[0-9][0-9]_*", "bugs", "*.patch")))
+                     for p in glob.glob(os.path.join(repo, "steps", "[0-9][0-9]_*", "bugs", "*.patch")) +
+                     glob.glob(os.path.join(repo, "kernels", "bugs", "*.patch")))
     for p in patches:
         if p not in listed:
             errors.append(f"{p} is not in the catalog")
@@ -118,13 +120,21 @@ def check(repo, build):
             continue
         head, target = patch_header(path)
         step_dir = p.split("/bugs/")[0]
-        if target != f"a/{step_dir}/attention.cu":
+        kernel = head.get("Kernel") if step_dir == "kernels" else None
+        if step_dir == "kernels":  # a production kernel's mutant: any file of kernels/, its test program's
+            if not (target or "").startswith("a/kernels/") or not os.path.exists(os.path.join(repo, target[2:])):
+                errors.append(f"{p}: the diff is against '{target}', not a file a/kernels/<file> of the repository")
+            if kernel not in ("mma", "hopper"):
+                errors.append(f"{p}: header 'Kernel: {kernel}': a kernel mutant names mma or hopper")
+                continue
+        elif target != f"a/{step_dir}/attention.cu":
             errors.append(f"{p}: the diff is against '{target}', not a/{step_dir}/attention.cu")
         if head.get("Catalog") not in ids:
             errors.append(f"{p}: header 'Catalog: {head.get('Catalog')}' but it is listed under {ids}")
         if head.get("Symptom", "fault") not in ("fault", "hang"):
             errors.append(f"{p}: 'Symptom: {head['Symptom']}': the symptoms a header can declare are 'fault' and 'hang'")
         nn = PATCH_RE.match(p).group(1)
+        program = f"fa_test_kernel_{kernel}" if kernel else f"fa_test_step{nn}"
         filt = head.get("Test")
         if filt:
             for i in ids:
@@ -132,7 +142,7 @@ def check(repo, build):
                     errors.append(f"entry `{i}`: its test field does not mention the filter `{filt}` of {p}")
             if build is None:
                 continue
-            exe = os.path.join(build, f"fa_test_step{nn}")
+            exe = os.path.join(build, program)
             if not os.path.exists(exe):
                 errors.append(f"{p}: no test program {exe}")
                 continue
@@ -141,7 +151,7 @@ def check(repo, build):
                                  text=True).stdout
             names = [line for line in out.splitlines() if line.startswith("  ")]
             if not names:
-                errors.append(f"{p}: the filter `{filt}` selects no test of fa_test_step{nn}")
+                errors.append(f"{p}: the filter `{filt}` selects no test of {program}")
             else:
                 print(f"ok  {p}: `{filt}` selects {len(names)} test(s)")
         elif "Static" not in head:

@@ -67,8 +67,9 @@ int cmd_configs(const std::vector<std::string>& args) {
 }
 
 int cmd_run(const std::vector<std::string>& args) {
-  CliArgs cli(args, {"causal", "bottom-right", "bnhd", "no-check"},
-              {"step", "b", "h", "hkv", "nq", "nkv", "n", "d", "iters", "warmup", "scale", "config", "window"});
+  CliArgs cli(args, {"causal", "bottom-right", "bnhd", "no-check", "sinks"},
+              {"step", "b", "h", "hkv", "nq", "nkv", "n", "d", "iters", "warmup", "scale", "config", "window",
+               "softcap", "alibi"});
   if (!cli.has("step")) throw std::invalid_argument("fa2 run needs --step NN (see fa2 list)");
   const int number = int(cli.get_int("step", -1));
   const StepInfo* step = find_step(number);
@@ -104,6 +105,19 @@ int cmd_run(const std::vector<std::string>& args) {
       throw std::invalid_argument(
           "--window takes LEFT,RIGHT (keys before and after the diagonal, -1 unbounded), got '" + w + "'");
   }
+
+  // Score modifications: --softcap C, --alibi head|batch-head (the problem's slopes), --sinks.
+  s.softcap = float(cli.get_double("softcap", 0.0));
+  if (cli.has("alibi")) {
+    const std::string a = cli.get("alibi", "");
+    if (a != "head" && a != "batch-head")
+      throw std::invalid_argument(
+          "--alibi takes head (one slope per head) or batch-head (one per batch entry and "
+          "head), got '" +
+          a + "'");
+    s.alibi = a == "head" ? ProblemShape::Alibi::per_head : ProblemShape::Alibi::per_batch_head;
+  }
+  s.sinks = cli.flag("sinks");
 
   // Validate the shape before touching the GPU, with stand-in pointers: bad input is reported
   // the same way with or without a GPU, and nothing is allocated for it.
@@ -171,8 +185,10 @@ void usage() {
          "  ladder [bench's options]              the preset B=2 H=16 N=4096 D=64, 10 runs, 1 repeat,\n"
          "                                        nothing skipped: every step side by side\n"
          "  run --step NN [--b --h --hkv --nq --nkv --n --d --causal --bottom-right --bnhd\n"
-         "         --scale S --iters N --no-check --config NAME --window L,R]   --config: that configuration,\n"
-         "                                        untuned; --window: a sliding window (-1: that side unbounded)\n"
+         "         --scale S --iters N --no-check --config NAME --window L,R --softcap C\n"
+         "         --alibi head|batch-head --sinks]   --config: that configuration, untuned; --window: a sliding\n"
+         "                                        window (-1: that side unbounded); --softcap, --alibi, --sinks:\n"
+         "                                        the score modifications\n"
          "  configs --step NN [--d 64]            the step's configurations at head dim D, one a line\n"
          "  decode [--steps 16,27] [--shapes 1:8k,8:8k,...] [--h 32 --hkv 8 --nq 1 --d 128] [--causal] [--seqlens]\n"
          "         [--splits auto,1,4] [--csv FILE] [--iters 50 --warmup 5 --repeats 3] [--list]\n"

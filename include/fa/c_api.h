@@ -47,8 +47,12 @@ extern "C" {
 /// Version 7 grows it again with the append's `k_new`, `v_new`, `new_strides` and `seqlen_new`
 /// (flash_attn_with_kvcache's k and v); version-5 and version-6 structs are still taken. Version 8
 /// grows it with the sliding window's `has_window`, `window_left` and `window_right` (flash-attn's
-/// window_size); version-5, -6 and -7 structs are still taken, without a window.
-#define FA_C_API_VERSION 8
+/// window_size); version-5, -6 and -7 structs are still taken, without a window. Version 9 grows it
+/// with the score modifications' `softcap`, `alibi_slopes`, `alibi_slopes_stride_batch` and `sinks`
+/// (older forward structs are taken without them), and turns the first of
+/// `fa_backward_params::reserved` into `dsinks` (the backward struct, which holds the forward one,
+/// grows with it: its size must be this version's).
+#define FA_C_API_VERSION 9
 
 /// @brief The step argument that asks the library to choose: the fastest kernel this GPU runs that
 /// accepts the call: the production kernels first (101 on Hopper, 100 on mma.sync), then the steps,
@@ -176,10 +180,20 @@ typedef struct fa_attention_params {
   /// window_right, the offset causal_align's (0 top-left, N_kv − N_q bottom-right; flash-attn's is
   /// bottom-right), with or without `causal` (both apply: flash-attn's causal window is (left, 0));
   /// −1 leaves a side unbounded. has_window 0 (a zero-filled struct, or an older version's): no
-  /// window, and both sizes must be zero. Forward only: a backward call with a window is refused.
+  /// window, and both sizes must be zero. The backward takes it too (the production kernels'; a step
+  /// without a window refuses it, forward and backward).
   int64_t has_window;
   int64_t window_left;   ///< keys before the diagonal a row sees, or −1 (unbounded)
   int64_t window_right;  ///< keys after the diagonal a row sees, or −1 (unbounded)
+  /// Score modifications (version 9; fa::AttentionParams says where each applies): a logit
+  /// softcap on the scaled score (0: none; flash-attn's `softcap`), ALiBi slopes (fp32 device memory,
+  /// slope alibi_slopes[b·alibi_slopes_stride_batch + h]: stride 0 for one per head, H_q for one per
+  /// (batch, head); flash-attn's `alibi_slopes`), and a sink logit per query head (fp32 device memory,
+  /// H_q floats; flash-attn's `learnable_sink`). Zero / NULL: none. Steps without them refuse them.
+  double softcap;
+  const float* alibi_slopes;          ///< ALiBi slopes (see softcap), or NULL
+  int64_t alibi_slopes_stride_batch;  ///< floats between batch entries' slopes: 0 or ≥ H_q
+  const float* sinks;                 ///< sink logits (see softcap), or NULL
 } fa_attention_params;
 
 /// @brief `FA_C_API_VERSION` of the loaded library.
@@ -282,7 +296,10 @@ typedef struct fa_backward_params {
   size_t workspace_bytes;   ///< its size in bytes
   int32_t deterministic;    ///< 1: bitwise-identical gradients run to run (steps that support it); 0: fastest
   int32_t reserved_flags;   ///< must be zero
-  int64_t reserved[7];      ///< must be zero
+  /// With the forward's `sinks` (version 9): device pointer to H_q floats, written with dL/dsinks;
+  /// required then, NULL otherwise.
+  float* dsinks;
+  int64_t reserved[6];  ///< must be zero
 } fa_backward_params;
 
 /// @brief `sizeof(fa_backward_params)` in the loaded library, to check a foreign struct layout.

@@ -165,6 +165,9 @@ struct AttentionParams {
   /// @brief Whether a sliding window bounds either side of a row's keys.
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
 
+  /// @brief Whether any score modification (softcap, ALiBi, sinks) is asked for.
+  bool has_score_mods() const { return softcap != 0.0f || alibi_slopes != nullptr || sinks != nullptr; }
+
   /// @brief Offset of the causal diagonal: key j is visible to query i when j <= i + offset.
   int64_t causal_offset() const { return causal_align == CausalAlign::bottom_right ? seqlen_kv - seqlen_q : 0; }
 };
@@ -199,6 +202,10 @@ struct BackwardParams {
   /// are added in a fixed order (each Q tile's turnstile in the workspace) instead of racing atomics.
   /// Only steps whose Capabilities::deterministic_backward is set accept it.
   bool deterministic = false;
+  /// With the forward's `sinks`: dL/dsinks, H_q fp32 in device memory, written (not added to): each
+  /// head's sum over its batch entries and rows of −P_sink·D_i (P_sink = e^(sink − LSE_i)). Required
+  /// with sinks (a missing gradient is refused), refused without.
+  float* dsinks = nullptr;
 };
 
 /// @brief Query rows per turnstile of the deterministic backward: one int per (b, h_q, 16 rows), the

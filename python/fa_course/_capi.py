@@ -20,7 +20,7 @@ OK, ERROR_INVALID, ERROR_UNSUPPORTED, ERROR_RUNTIME = 0, 1, 2, 3
 CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1
 DTYPE_BF16 = 0
 STEP_AUTO = -1  # FA_STEP_AUTO: the library chooses the kernel
-API_VERSION = 8  # FA_C_API_VERSION this module was written against
+API_VERSION = 9  # FA_C_API_VERSION this module was written against
 # The most query rows per KV head (N_q·H_q/H_kv) the library's decode kernel takes
 # (library/split_kv.h's kDecodeMaxPackedRows): a call with more never gets a split workspace.
 DECODE_MAX_PACKED_ROWS = 64
@@ -75,6 +75,8 @@ class Params(ctypes.Structure):
         ("k_new", ctypes.c_void_p), ("v_new", ctypes.c_void_p), ("new_strides", (ctypes.c_int64 * 4) * 2),
         ("seqlen_new", ctypes.c_int64),
         ("has_window", ctypes.c_int64), ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
+        ("softcap", ctypes.c_double), ("alibi_slopes", ctypes.c_void_p), ("alibi_slopes_stride_batch", ctypes.c_int64),
+        ("sinks", ctypes.c_void_p),
     ]
 
 
@@ -88,7 +90,8 @@ class BackwardParams(ctypes.Structure):
         ("strides", (ctypes.c_int64 * 4) * 4),
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
         ("deterministic", ctypes.c_int32), ("reserved_flags", ctypes.c_int32),
-        ("reserved", ctypes.c_int64 * 7),
+        ("dsinks", ctypes.c_void_p),
+        ("reserved", ctypes.c_int64 * 6),
     ]
 
 
@@ -189,9 +192,11 @@ assert all(getattr(Params, f).offset == o for f, o in (("q", 8), ("batch", 48), 
 def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q: int, heads_kv: int,
                 seqlen_q: int, seqlen_kv: int, head_dim: int, strides: Sequence[Sequence[int]],
                 softmax_scale: float = 0.0, causal: bool = False, bottom_right: bool = False,
-                window: Sequence[int] = (-1, -1)) -> Params:
+                window: Sequence[int] = (-1, -1), softcap: float = 0.0, alibi_slopes: int = 0,
+                alibi_slopes_stride_batch: int = 0, sinks: int = 0) -> Params:
     """A filled fa_attention_params: pointers as integers (0 = NULL), strides[tensor][axis] in elements
-    for Q, K, V, O and the axes (batch, head, sequence, dim)."""
+    for Q, K, V, O and the axes (batch, head, sequence, dim); the score modifications' cap, and their
+    fp32 arrays' device pointers (ALiBi slopes with their batch stride, sinks)."""
     p = Params()  # zeroed: no split, no lengths, no pages
     # The scale as C converts it to fp32: a double past fp32's range becomes ±inf (which the library
     # refuses), where struct's "f" would raise OverflowError.
@@ -201,6 +206,9 @@ def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q
                     CAUSAL_BOTTOM_RIGHT if bottom_right else CAUSAL_TOP_LEFT, DTYPE_BF16)
     if window[0] != -1 or window[1] != -1:  # a sliding window (flash-attn's window_size): the library judges it
         p.has_window, p.window_left, p.window_right = 1, int(window[0]), int(window[1])
+    if softcap or alibi_slopes or sinks:  # the score modifications: the library judges them
+        p.softcap, p.alibi_slopes, p.sinks = float(softcap), alibi_slopes or None, sinks or None
+        p.alibi_slopes_stride_batch = int(alibi_slopes_stride_batch)
     return p
 
 
@@ -271,7 +279,8 @@ def has_backward(step: int) -> bool:
 
 
 def make_backward_params(fwd: Params, *, d_o: int, dq: int, dk: int, dv: int, strides: Sequence[Sequence[int]],
-                         workspace: int, workspace_bytes: int, deterministic: bool = False) -> BackwardParams:
+                         workspace: int, workspace_bytes: int, deterministic: bool = False,
+                         dsinks: int = 0) -> BackwardParams:
     """A filled fa_backward_params: the forward call `fwd` (with its o and lse), the gradients' device
     pointers as integers, strides[tensor][axis] for dO, dQ, dK, dV, the workspace, and whether the
     gradients must be bitwise identical run to run (`deterministic`)."""
@@ -284,6 +293,7 @@ def make_backward_params(fwd: Params, *, d_o: int, dq: int, dk: int, dv: int, st
             b.strides[t][a] = int(strides[t][a])
     b.workspace, b.workspace_bytes = workspace or None, int(workspace_bytes)
     b.deterministic = 1 if deterministic else 0
+    b.dsinks = dsinks or None  # with the forward's sinks: where their gradient goes (H_q floats)
     return b
 
 

@@ -24,13 +24,36 @@ def _strides(t: torch.Tensor) -> list:
     return [s[0], s[2], s[1], s[3]]
 
 
-def _params(q, k, v, o, lse, causal, bottom_right, softmax_scale, window=(-1, -1)) -> _capi.Params:
+def _params(q, k, v, o, lse, causal, bottom_right, softmax_scale, window=(-1, -1), mods=None) -> _capi.Params:
+    """mods: None, or (softcap, alibi_slopes, sinks) as _check_mods accepts them."""
     b, n_q, h_q, d = q.shape
+    extra = {}
+    if mods is not None:
+        softcap, alibi, sinks = mods
+        extra = dict(softcap=softcap, alibi_slopes=alibi.data_ptr() if alibi is not None else 0,
+                     alibi_slopes_stride_batch=alibi.stride(0) if alibi is not None and alibi.dim() == 2 else 0,
+                     sinks=sinks.data_ptr() if sinks is not None else 0)
     return _capi.make_params(
         q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr() if lse is not None else 0,
         batch=b, heads_q=h_q, heads_kv=k.shape[2], seqlen_q=n_q, seqlen_kv=k.shape[1], head_dim=d,
         strides=[_strides(q), _strides(k), _strides(v), _strides(o)], softmax_scale=softmax_scale, causal=causal,
-        bottom_right=bottom_right, window=window)
+        bottom_right=bottom_right, window=window, **extra)
+
+
+def _check_mods(q, softcap, alibi_slopes, sinks, batch_heads=None):
+    """The score modifications' arrays as the library reads them: fp32 on q's GPU, contiguous, ALiBi slopes
+    (H_q,) or (B, H_q) and sinks (H_q,). None when there are none; else (softcap, alibi_slopes, sinks).
+    batch_heads: (B, H_q) where q is not (B, N, H_q, D) (varlen's packed q)."""
+    if not softcap and alibi_slopes is None and sinks is None:
+        return None
+    b, h_q = batch_heads if batch_heads is not None else (q.shape[0], q.shape[2])
+    for name, t, shapes in (("alibi_slopes", alibi_slopes, ((h_q,), (b, h_q))), ("sinks", sinks, ((h_q,),))):
+        if t is not None and (t.dtype != torch.float32 or t.device != q.device or tuple(t.shape) not in shapes or
+                              not t.is_contiguous()):
+            raise ValueError(f"fa_course: {name} must be a contiguous float32 tensor of shape "
+                             f"{' or '.join(str(x) for x in shapes)} on {q.device}, got {t.dtype} "
+                             f"{tuple(t.shape)} on {t.device}")
+    return float(softcap), alibi_slopes, sinks
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, paged: bool = False) -> None:
@@ -57,17 +80,17 @@ def _stream(device: int) -> int:
     return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
 
 
-def _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse, window=(-1, -1)):
+def _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse, window=(-1, -1), mods=None):
     b, n_q, h_q, d = q.shape
     o = torch.empty((b, n_q, h_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h_q, n_q) if return_lse else (0,), dtype=torch.float32, device=q.device)
-    return o, lse, _params(q, k, v, o, lse if return_lse else None, causal, bottom_right, softmax_scale, window)
+    return o, lse, _params(q, k, v, o, lse if return_lse else None, causal, bottom_right, softmax_scale, window, mods)
 
 
-def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, window=(-1, -1)):
+def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, window=(-1, -1), mods=None):
     """The op's body, on q's device (the caller made it current). step < 0: the library's choice
     (FA_STEP_AUTO: the fastest kernel this GPU runs that accepts the call, chosen in C)."""
-    o, lse, p = _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse, window)
+    o, lse, p = _outputs_and_params(q, k, v, causal, bottom_right, softmax_scale, return_lse, window, mods)
     workspace = None
     # The library's choice splits a decode call's keys, its workspace from PyTorch's allocator. Only a
     # call with few query rows per KV head can be one: the others skip the size query (a C call).
@@ -81,17 +104,19 @@ def _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, window=
 
 
 def _forward(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, deterministic=False, window_left=-1,
-             window_right=-1):
+             window_right=-1, softcap=0.0, alibi_slopes=None, sinks=None):
     """One attention forward; step < 0: the fastest kernel that accepts the call on this GPU (a
     production kernel). `deterministic` is the backward's (every forward is deterministic).
-    window_left, window_right: a sliding window (flash-attn's window_size; -1 unbounded)."""
+    window_left, window_right: a sliding window (flash-attn's window_size; -1 unbounded). softcap,
+    alibi_slopes, sinks: the score modifications (fp32 arrays; see `attention`)."""
     _check(q, k, v)
     window = (window_left, window_right)
+    mods = _check_mods(q, softcap, alibi_slopes, sinks)
     try:
         if q.device.index == torch.cuda.current_device():  # the common case skips the device guard's cost
-            return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, window)
+            return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, window, mods)
         with torch.cuda.device(q.device):
-            return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, window)
+            return _run(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, window, mods)
     except _capi.UnsupportedInputError as e:
         if return_lse and "does not write LSE" in str(e):  # attention asks for it when a gradient may follow
             raise _capi.UnsupportedInputError(e.code, f"{e} (step {step}). fa_course.attention asks for the LSE with "
@@ -102,7 +127,7 @@ def _forward(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, det
 
 
 def _forward_fake(q, k, v, causal, bottom_right, softmax_scale, return_lse, step, deterministic=False, window_left=-1,
-                  window_right=-1):
+                  window_right=-1, softcap=0.0, alibi_slopes=None, sinks=None):
     """Shapes and dtypes only, for torch.compile's tracing and meta tensors."""
     b, n_q, h_q, d = q.shape
     o = q.new_empty((b, n_q, h_q, d))
@@ -117,8 +142,8 @@ def _forward_fake(q, k, v, causal, bottom_right, softmax_scale, return_lse, step
 # a default, so that the eight-argument call of the forward alone keeps its meaning.
 _LIB = torch.library.Library("fa_course", "DEF")
 _LIB.define("forward(Tensor q, Tensor k, Tensor v, bool causal, bool bottom_right, float softmax_scale, "
-            "bool return_lse, int step, bool deterministic=False, int window_left=-1, int window_right=-1) "
-            "-> (Tensor, Tensor)")
+            "bool return_lse, int step, bool deterministic=False, int window_left=-1, int window_right=-1, "
+            "float softcap=0.0, Tensor? alibi_slopes=None, Tensor? sinks=None) -> (Tensor, Tensor)")
 _LIB.impl("forward", _forward, "CUDA")
 _LIB.impl("forward", _forward, "CPU")  # so that CPU tensors get _check's message, not the dispatcher's
 torch.library.register_fake("fa_course::forward", _forward_fake, lib=_LIB)
@@ -184,38 +209,57 @@ def _check_backward(grad_o, q, k, v, o, lse) -> None:
                          f"forward's, return_lse=True), got {lse.dtype} {tuple(lse.shape)} on {lse.device}")
 
 
-def _run_backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic):
+def _dsinks_like(q, sinks):
+    """The sinks' gradient's buffer: (H_q,) fp32, or an empty one without sinks."""
+    return torch.empty((q.shape[2],) if sinks is not None else (0,), dtype=torch.float32, device=q.device)
+
+
+def _run_backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic, window=(-1, -1),
+                  mods=None):
     """The backward op's body, on q's device: dQ, dK, dV in q's, k's and v's layouts (empty_like,
-    as the fake makes them), one fa_backward call on the current stream."""
+    as the fake makes them), and the sinks' gradient (empty without sinks), one fa_backward call on
+    the current stream."""
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dsinks = _dsinks_like(q, mods[2] if mods is not None else None)
     d_o, q, k, v, o = (_as_taken(t) for t in (grad_o, q, k, v, o))
     lse = lse.contiguous()
-    p = _params(q, k, v, o, lse, causal, bottom_right, softmax_scale)
+    p = _params(q, k, v, o, lse, causal, bottom_right, softmax_scale, window, mods)
     workspace = torch.empty(_capi.backward_workspace_size(p), dtype=torch.uint8, device=q.device)
     b = _capi.make_backward_params(
         p, d_o=d_o.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
         strides=[_strides(d_o), _strides(dq), _strides(dk), _strides(dv)], workspace=workspace.data_ptr(),
-        workspace_bytes=workspace.numel(), deterministic=deterministic)
+        workspace_bytes=workspace.numel(), deterministic=deterministic,
+        dsinks=dsinks.data_ptr() if dsinks.numel() else 0)
     _capi.backward(_backward_step(step), b, _stream(q.device.index))
-    return dq, dk, dv
+    return dq, dk, dv, dsinks
 
 
-def _backward_kernel(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic):
-    """dL/dq, dL/dk, dL/dv from dL/dO and the forward's O and LSE. With H_kv < H_q the library sums
-    dK and dV over the query heads of each group. step: the forward's (see _backward_step)."""
+def _backward_kernel(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic,
+                     window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None, sinks=None):
+    """dL/dq, dL/dk, dL/dv (and dL/dsinks, empty without sinks) from dL/dO and the forward's O and
+    LSE. With H_kv < H_q the library sums dK and dV over the query heads of each group. step: the
+    forward's (see _backward_step). window_left, window_right, softcap, alibi_slopes, sinks: the
+    forward's."""
     _check_backward(grad_o, q, k, v, o, lse)
+    window = (window_left, window_right)
+    mods = _check_mods(q, softcap, alibi_slopes, sinks)
     if q.device.index == torch.cuda.current_device():
-        return _run_backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic)
+        return _run_backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic, window,
+                             mods)
     with torch.cuda.device(q.device):
-        return _run_backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic)
+        return _run_backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic, window,
+                             mods)
 
 
-def _backward_fake(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _backward_fake(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic,
+                   window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None, sinks=None):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), _dsinks_like(q, sinks)
 
 
 _LIB.define("backward(Tensor grad_o, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, "
-            "bool bottom_right, float softmax_scale, int step, bool deterministic) -> (Tensor, Tensor, Tensor)")
+            "bool bottom_right, float softmax_scale, int step, bool deterministic, int window_left=-1, "
+            "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, Tensor? sinks=None) "
+            "-> (Tensor, Tensor, Tensor, Tensor)")
 _LIB.impl("backward", _backward_kernel, "CUDA")
 _LIB.impl("backward", _backward_kernel, "CPU")
 torch.library.register_fake("fa_course::backward", _backward_fake, lib=_LIB)
@@ -225,26 +269,35 @@ backward = torch.ops.fa_course.backward.default
 def _setup_context(ctx, inputs, output):
     q, k, v, causal, bottom_right, softmax_scale, return_lse, step = inputs[:8]
     deterministic = inputs[8] if len(inputs) > 8 else False
-    if (len(inputs) > 9 and inputs[9] != -1) or (len(inputs) > 10 and inputs[10] != -1):
-        raise NotImplementedError(WINDOW_BACKWARD_REFUSED)
+    window = (inputs[9] if len(inputs) > 9 else -1, inputs[10] if len(inputs) > 10 else -1)
+    softcap = inputs[11] if len(inputs) > 11 else 0.0
+    alibi, sinks = (inputs[12] if len(inputs) > 12 else None), (inputs[13] if len(inputs) > 13 else None)
     o, lse = output
     ctx.mark_non_differentiable(lse)
-    ctx.save_for_backward(q, k, v, o, lse)
-    ctx.options = (causal, bottom_right, softmax_scale, return_lse, step, deterministic)
+    ctx.save_for_backward(q, k, v, o, lse, alibi, sinks)
+    ctx.options = (causal, bottom_right, softmax_scale, return_lse, step, deterministic, window, softcap)
 
 
 def _backward(ctx, grad_o, grad_lse):
     # grad_lse: none can arrive (the LSE output is non-differentiable); see LSE_GRADIENT_REFUSED.
-    q, k, v, o, lse = ctx.saved_tensors
-    causal, bottom_right, softmax_scale, has_lse, step, deterministic = ctx.options
+    q, k, v, o, lse, alibi, sinks = ctx.saved_tensors
+    causal, bottom_right, softmax_scale, has_lse, step, deterministic, window, softcap = ctx.options
     if not has_lse:
         # The op was called directly with return_lse=False (attention asks for the LSE when a
         # gradient may follow): one more forward, with it.
-        o, lse = forward(q, k, v, causal, bottom_right, softmax_scale, True, step)
-    dq, dk, dv = backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic)
+        o, lse = forward(q, k, v, causal, bottom_right, softmax_scale, True, step, deterministic, window[0], window[1],
+                         softcap, alibi, sinks)
+    dq, dk, dv, dsinks = backward(grad_o, q, k, v, o, lse, causal, bottom_right, softmax_scale, step, deterministic,
+                                  window[0], window[1], softcap, alibi, sinks)
     need = ctx.needs_input_grad
-    return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
-            None, None, None, None, None, None, None, None)
+    if len(need) > 12 and need[12]:  # no slope gradient (flash-attn has none): refused, not silently lost
+        raise NotImplementedError("fa_course.attention: no gradient for alibi_slopes (the library's backward, like "
+                                  "flash-attn's, treats them as constants); detach them")
+    # One gradient per argument of the op's schema (14), None for the options.
+    grads = [dq if need[0] else None, dk if need[1] else None, dv if need[2] else None] + [None] * 11
+    if len(need) > 13 and need[13]:
+        grads[13] = dsinks
+    return tuple(grads)
 
 
 torch.library.register_autograd("fa_course::forward", _backward, setup_context=_setup_context, lib=_LIB)
@@ -276,13 +329,10 @@ def _needs_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
-WINDOW_BACKWARD_REFUSED = ("fa_course: the backward of a sliding window is not built yet: call it under "
-                           "torch.no_grad() (inference), or with inputs that need no gradient")
-
-
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               causal_align: str = "top_left", softmax_scale: Optional[float] = None, return_lse: bool = False,
-              step: Optional[int] = None, deterministic: bool = False, window_size=(-1, -1)):
+              step: Optional[int] = None, deterministic: bool = False, window_size=(-1, -1), softcap: float = 0.0,
+              alibi_slopes: Optional[torch.Tensor] = None, sinks: Optional[torch.Tensor] = None):
     """softmax(scale · q·kᵀ [+ causal mask]) · v for (B, N, H, D) bf16 CUDA tensors.
 
     causal_align: "top_left" (key j visible to query i when j <= i, PyTorch's is_causal) or
@@ -300,9 +350,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
     window_size: flash-attn's sliding window (left, right): query i sees key j only when
     i + offset − left <= j <= i + offset + right (the offset causal_align's); −1 leaves a side
-    unbounded; with causal=True both masks apply. Forward only for now: with inputs that require
-    grad it raises NotImplementedError (WINDOW_BACKWARD_REFUSED) instead of returning an output
-    whose gradient would be missing.
+    unbounded; with causal=True both masks apply. Differentiable too (the production kernels'
+    backward; a pinned step without a window refuses the call, forward and backward alike).
+
+    The score modifications (the production kernels'; a step without them refuses), applied in this
+    order to each scaled score s of query i, key j: softcap (Gemma 2's): s ← softcap·tanh(s / softcap);
+    alibi_slopes (H_q,) or (B, H_q) (flash-attn's): s ← s − slope·|i + N_kv − N_q − j|, bottom-right
+    whatever causal_align says, no gradient for the slopes (one asked for raises); sinks (H_q,)
+    (gpt-oss's, flash-attn's learnable_sink): a logit per head in each row's softmax denominator and
+    LSE, adding nothing to O, differentiable (their gradient comes back in their dtype).
     """
     if causal_align not in _ALIGNS:
         raise ValueError(f"fa_course.attention: causal_align must be 'top_left' or 'bottom_right', got {causal_align!r}")
@@ -316,13 +372,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     window = tuple(int(x) for x in window_size)
     if len(window) != 2:
         raise ValueError(f"fa_course.attention: window_size is (left, right), got {window_size!r}")
-    if window != (-1, -1) and grad:
-        raise NotImplementedError(WINDOW_BACKWARD_REFUSED)
-    if window == (-1, -1):
+    if alibi_slopes is not None and torch.is_grad_enabled() and alibi_slopes.requires_grad:
+        raise NotImplementedError("fa_course.attention: no gradient for alibi_slopes (the library's backward, like "
+                                  "flash-attn's, treats them as constants); pass alibi_slopes.detach()")
+    if softcap or alibi_slopes is not None or sinks is not None:
+        # fp32 arrays, as the library reads them: the conversion is differentiable, so the sinks'
+        # gradient reaches a bf16 parameter too.
+        alibi = alibi_slopes.float().contiguous() if alibi_slopes is not None else None
+        sink = sinks.float().contiguous() if sinks is not None else None
+        o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse) or grad or
+                         (sink is not None and torch.is_grad_enabled() and sink.requires_grad),
+                         -1 if step is None else int(step), bool(deterministic), window[0], window[1], float(softcap),
+                         alibi, sink)
+    elif window == (-1, -1):
         o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse) or grad,
                          -1 if step is None else int(step), bool(deterministic))
     else:
-        o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse),
+        o, lse = forward(q, k, v, bool(causal), _ALIGNS[causal_align], scale, bool(return_lse) or grad,
                          -1 if step is None else int(step), bool(deterministic), window[0], window[1])
     if not return_lse:
         return o
@@ -363,29 +429,28 @@ def _unsupported(what: str, fn: str = "flash_attn_func") -> NotImplementedError:
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
                     softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
                     softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None, deterministic: bool = False,
-                    return_attn_probs: bool = False, *, return_lse: bool = False):
+                    return_attn_probs: bool = False, *, return_lse: bool = False,
+                    learnable_sink: Optional[torch.Tensor] = None):
     """flash-attn's `flash_attn_func`, same names, order and layout: q (B, N_q, H_q, D), k and v
     (B, N_kv, H_kv, D), bf16 on a CUDA GPU; GQA by head counts; `causal` aligned bottom-right (the
     last query sees every key), as flash-attn does. The library chooses the kernel.
 
     Options the course does not have yet refuse with NotImplementedError instead of being ignored:
-    dropout_p > 0, softcap, alibi_slopes, return_attn_probs. window_size (flash-attn's sliding
-    window, aligned bottom-right like causal) runs forward only: with inputs that require grad it
-    raises NotImplementedError, since its backward is not built yet.
+    dropout_p > 0, return_attn_probs. window_size (flash-attn's sliding window, aligned bottom-right
+    like causal), softcap, alibi_slopes (fp32 (H_q,) or (B, H_q); constants, as in flash-attn) and
+    learnable_sink (flash-attn's name for a per-head sink logit, (H_q,); differentiable) run forward
+    and backward (see `attention`).
     Differentiable in q, k and v, as flash-attn's; `deterministic` is the backward's, as there: dQ
     bitwise identical run to run (the library's choice is then a step with that mode; it refuses
     with UnsupportedInputError where none has it). Returns out, or (out, lse) with return_lse=True;
     lse is fp32 (B, H_q, N_q), natural log, and carries no gradient (one through it raises)."""
     if dropout_p:
         raise _unsupported(f"dropout (dropout_p={dropout_p})")
-    if softcap:
-        raise _unsupported(f"logit softcapping (softcap={softcap})")
-    if alibi_slopes is not None:
-        raise _unsupported("ALiBi (alibi_slopes)")
     if return_attn_probs:
         raise _unsupported("return_attn_probs (the probabilities are never stored; return_lse=True gives the LSE)")
     return attention(q, k, v, causal=causal, causal_align="bottom_right", softmax_scale=softmax_scale,
-                     return_lse=return_lse, deterministic=deterministic, window_size=window_size)
+                     return_lse=return_lse, deterministic=deterministic, window_size=window_size, softcap=softcap,
+                     alibi_slopes=alibi_slopes, sinks=learnable_sink)
 
 
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -393,7 +458,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
                            softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
                            deterministic: bool = False, return_attn_probs: bool = False, block_table=None, *,
-                           return_lse: bool = False, check_offsets: bool = True):
+                           return_lse: bool = False, check_offsets: bool = True,
+                           learnable_sink: Optional[torch.Tensor] = None):
     """flash-attn's `flash_attn_varlen_func`, same names, order and layout: sequences packed end to end,
     q (total_q, H_q, D), k and v (total_k, H_kv, D), bf16 on a CUDA GPU; cu_seqlens_q and cu_seqlens_k
     int32 (B + 1,) offsets on that GPU (sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1] − 1);
@@ -408,19 +474,20 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
 
     Inference only: the varlen backward is not built yet, so a call that autograd would record (an
     input requiring grad, grad mode on) raises NotImplementedError rather than return an output
-    without a gradient. dropout_p > 0, a window, softcap, alibi_slopes, return_attn_probs and
-    block_table refuse with NotImplementedError. Returns out (total_q, H_q, D), or (out, lse) with
+    without a gradient. softcap, alibi_slopes (bottom-right to each sequence) and learnable_sink
+    (no gradient: a sink that requires one is refused) run on the decode kernel (on an H100/H200 the
+    Hopper kernel takes longer packed sequences, but not with these: the library's choice then runs
+    the mma.sync kernel's, slower). dropout_p > 0, a window, return_attn_probs and block_table refuse
+    with NotImplementedError. Returns out (total_q, H_q, D), or (out, lse) with
     return_lse=True: lse fp32 (H_q, total_q), flash-attn's varlen layout."""
     fn = "flash_attn_varlen_func"
     for name, given in (("dropout (dropout_p)", bool(dropout_p)),
                         (f"a sliding window (window_size={tuple(window_size)})", tuple(window_size) != (-1, -1)),
-                        (f"logit softcapping (softcap={softcap})", bool(softcap)),
-                        ("ALiBi (alibi_slopes)", alibi_slopes is not None),
                         ("return_attn_probs", return_attn_probs),
                         ("a paged KV cache with varlen (block_table)", block_table is not None)):
         if given:
             raise _unsupported(name, fn)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, learnable_sink)):
         raise NotImplementedError(f"fa_course.{fn}: the varlen backward is not built yet; call it under "
                                   "torch.no_grad() (inference), or with inputs that need no gradient")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -461,6 +528,12 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                           seqlen_q=int(max_seqlen_q), seqlen_kv=int(max_seqlen_k), head_dim=d,
                           strides=[packed(q), packed(k), packed(v), packed(o)], softmax_scale=scale,
                           causal=bool(causal), bottom_right=True)
+    mods = _check_mods(q, softcap, alibi_slopes.float().contiguous() if alibi_slopes is not None else None,
+                       learnable_sink.detach().float().contiguous() if learnable_sink is not None else None, (b, h_q))
+    if mods is not None:
+        p.softcap, p.sinks = mods[0], mods[2].data_ptr() if mods[2] is not None else None
+        p.alibi_slopes = mods[1].data_ptr() if mods[1] is not None else None
+        p.alibi_slopes_stride_batch = mods[1].stride(0) if mods[1] is not None and mods[1].dim() == 2 else 0
     p.cu_seqlens_q, p.cu_seqlens_kv = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
     p.total_q, p.total_kv = total_q, k.shape[0]
     workspace = None  # a decode-shaped call's keys are split, its workspace from PyTorch's allocator
@@ -480,7 +553,7 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             block_table=None, softmax_scale: Optional[float] = None, causal: bool = False,
                             window_size=(-1, -1), softcap: float = 0.0, rotary_interleaved: bool = True,
                             alibi_slopes=None, num_splits: int = 0, return_softmax_lse: bool = False, *,
-                            check_cache_seqlens: bool = True):
+                            check_cache_seqlens: bool = True, learnable_sink: Optional[torch.Tensor] = None):
     """flash-attn's `flash_attn_with_kvcache`, same names, order and layout, for decoding: q (B, N_q,
     H_q, D); k_cache and v_cache (B, capacity, H_kv, D), sequence b's first cache_seqlens[b] rows in
     use (an int: every sequence; None: the whole capacity). With block_table (int32, (B,
@@ -496,8 +569,10 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     (num_splits: 0 lets the library choose). Returns out, or (out, softmax_lse) with
     return_softmax_lse=True (fp32, (B, H_q, N_q)).
 
-    Refused with NotImplementedError: rotary embeddings, cache_batch_idx, cache_leftpad, window_size,
-    softcap, alibi_slopes. With k and v, outside a CUDA graph, the lengths (and with a block table the
+    softcap, alibi_slopes (fp32 (H_q,) or (B, H_q); bottom-right to each sequence's length) and
+    learnable_sink (a per-head sink logit, (H_q,); added once per row, also with a split) run on the
+    decode kernel. Refused with NotImplementedError: rotary embeddings, cache_batch_idx, cache_leftpad,
+    window_size. With k and v, outside a CUDA graph, the lengths (and with a block table the
     new tokens' pages) are checked first, in one copy to the host (one synchronisation): a sequence
     whose new tokens would pass the capacity, or whose table names pages outside the pool for them,
     raises ValueError with nothing written. Inside a graph, or with check_cache_seqlens=False (a
@@ -507,13 +582,16 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     fn = "flash_attn_with_kvcache"
     for name, given in (("rotary embeddings (rotary_cos, rotary_sin)", rotary_cos is not None or rotary_sin is not None),
                         ("cache_batch_idx", cache_batch_idx is not None), ("cache_leftpad", cache_leftpad is not None),
-                        (f"a sliding window (window_size={tuple(window_size)})", tuple(window_size) != (-1, -1)),
-                        (f"logit softcapping (softcap={softcap})", bool(softcap)),
-                        ("ALiBi (alibi_slopes)", alibi_slopes is not None)):
+                        (f"a sliding window (window_size={tuple(window_size)})", tuple(window_size) != (-1, -1))):
         if given:
             raise _unsupported(name, fn)
+    if learnable_sink is not None and torch.is_grad_enabled() and learnable_sink.requires_grad:
+        raise NotImplementedError(f"fa_course.{fn}: inference only: learnable_sink gets no gradient here; call it "
+                                  "under torch.no_grad(), or pass learnable_sink.detach()")
     paged = block_table is not None
     _check(q, k_cache, v_cache, paged)
+    mods = _check_mods(q, softcap, alibi_slopes.float().contiguous() if alibi_slopes is not None else None,
+                       learnable_sink.detach().float().contiguous() if learnable_sink is not None else None)
     b, capacity = k_cache.shape[0], k_cache.shape[1]
     if paged:
         if (block_table.dim() != 2 or block_table.dtype != torch.int32 or block_table.device != q.device or
@@ -565,7 +643,7 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
     if softmax_scale is not None and abs(scale) <= _FP32_ROUNDS_TO_ZERO:  # 0 would mean 1/sqrt(D) in C
         raise ValueError(f"fa_course.{fn}: softmax_scale {softmax_scale} rounds to 0 in fp32")
-    p = _params(q, k_cache, v_cache, o, lse, bool(causal), True, scale)
+    p = _params(q, k_cache, v_cache, o, lse, bool(causal), True, scale, mods=mods)
     p.seqlens_kv = seqlens.data_ptr()
     if paged:  # K and V strides are a page's (_strides: between pages, heads, a page's rows)
         p.seqlen_kv, p.block_table, p.block_table_stride = capacity, block_table.data_ptr(), block_table.stride(0)

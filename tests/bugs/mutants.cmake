@@ -35,6 +35,7 @@ function(fa_patched_step out nn kind name patch)
     COMMAND ${CMAKE_COMMAND} -DSRC=${dir}/attention.cu -DPATCH=${patch} -DROOT=${root} -DREL=${rel}
             -P ${CMAKE_SOURCE_DIR}/cmake/apply_patch.cmake
     DEPENDS ${dir}/attention.cu ${patch} ${CMAKE_SOURCE_DIR}/cmake/apply_patch.cmake
+            ${CMAKE_SOURCE_DIR}/cmake/patch_exactly.cmake
     COMMENT "Applying ${kind} ${nn}-${name}")
   get_property(step_id GLOBAL PROPERTY FA_BUILD_ID_${nn})
   file(SHA256 ${patch} patch_hash)
@@ -108,6 +109,73 @@ function(fa_add_experiment nn name)
                        SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" FAIL_REGULAR_EXPRESSION "PASSED  \\] 0 tests")
 endfunction()
 
+# fa_add_kernel_mutant(<kernel> <bug> <patch> <gtest filter>): a production kernel's mutant
+# (kernels/bugs/<bug>.patch, its header's `Kernel: mma` or `Kernel: hopper`). The patch may touch any
+# file of kernels/ (paths a/kernels/<file>); the kernel's forward and backward are compiled again from
+# the patched copies, and the decode kernel when the patch touches it or a header (the other kernel's
+# backward is the build's own), linked
+# with the kernel's tests, and the ctest case bug.kernel_<kernel>-<bug> passes only if FILTER's tests
+# fail on it by their assertion, as a step's mutant.
+function(fa_add_kernel_mutant kernel bug patch filter)
+  set(root ${CMAKE_BINARY_DIR}/kernel_mutants/${bug})
+  get_property(source GLOBAL PROPERTY FA_KERNEL_SOURCE_${kernel})
+  get_property(arch GLOBAL PROPERTY FA_KERNEL_ARCH_${kernel})
+  get_property(kernel_id GLOBAL PROPERTY FA_KERNEL_BUILD_ID_${kernel})
+  get_filename_component(fwd ${source} NAME)
+  set(bwd bwd_${kernel}.cu)
+  file(GLOB kernel_files CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/*.h ${CMAKE_SOURCE_DIR}/kernels/*.cu)
+  add_custom_command(OUTPUT ${root}/kernels/${fwd} ${root}/kernels/${bwd} ${root}/kernels/fwd_decode.cu
+    COMMAND ${CMAKE_COMMAND} -DSRC_DIR=${CMAKE_SOURCE_DIR}/kernels -DPATCH=${patch} -DROOT=${root}
+            -P ${CMAKE_SOURCE_DIR}/cmake/apply_kernel_patch.cmake
+    DEPENDS ${kernel_files} ${patch} ${CMAKE_SOURCE_DIR}/cmake/apply_kernel_patch.cmake
+            ${CMAKE_SOURCE_DIR}/cmake/patch_exactly.cmake
+    COMMENT "Applying kernel mutant ${bug}")
+  set_property(DIRECTORY ${CMAKE_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${patch})
+  file(SHA256 ${patch} patch_hash)
+  string(SHA256 id "${kernel_id}\n${patch_hash}\n")
+  string(SUBSTRING ${id} 0 16 id)  # its own build id: the tuner's cache never hands it the kernel's timings
+  # The decode kernel too, from the copies, when the patch touches it or a header it includes.
+  set(decode fwd_decode.cu)
+  set(parts fwd bwd)
+  set(with_decode FALSE)
+  file(STRINGS ${patch} touched REGEX "^\\+\\+\\+ b/kernels/")
+  foreach(line IN LISTS touched)
+    if(line MATCHES "fwd_decode\\.cu|\\.h$")
+      set(parts fwd bwd decode)
+      set(with_decode TRUE)
+    endif()
+  endforeach()
+  set(objs)
+  foreach(part IN LISTS parts)
+    set(obj fa_kernel_mutant_obj_${bug}_${part})
+    add_library(${obj} OBJECT ${root}/kernels/${${part}})
+    target_include_directories(${obj} BEFORE PRIVATE ${root})
+    if(arch)
+      set_target_properties(${obj} PROPERTIES CUDA_ARCHITECTURES "${arch}")
+    endif()
+    target_link_libraries(${obj} PUBLIC fa_library)
+    target_compile_definitions(${obj} PRIVATE FA_BUILD_ID="${id}" FA_KERNEL_HEAD_DIM_MASK=${fa_head_dim_mask}ull)
+    target_compile_options(${obj} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=177>)
+    list(APPEND objs ${obj})
+  endforeach()
+  set(others)
+  if(NOT with_decode)
+    set(others fa_kernel_decode)
+  endif()
+  foreach(k mma hopper)
+    if(NOT k STREQUAL kernel)
+      list(APPEND others fa_kernel_bwd_${k})
+    endif()
+  endforeach()
+  set(exe fa_kernel_mutant_${bug})
+  add_executable(${exe} $<TARGET_OBJECTS:fa_kernel_tests_${kernel}>)
+  target_link_libraries(${exe} PRIVATE fa_gpu_suite ${objs} ${others} fa_harness GTest::gtest)
+  set(name bug.kernel_${kernel}-${bug})
+  add_test(NAME ${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/bugs/run_mutant.sh ${name} ${patch} "${filter}"
+                                $<TARGET_FILE:${exe}>)
+  set_tests_properties(${name} PROPERTIES LABELS "bug;gpu;kernels" SKIP_RETURN_CODE 77)
+endfunction()
+
 # ---- the catalog: every steps/NN_name/bugs/<bug>.patch is a mutant -----------------------------
 if(FA_SKIP_MUTANTS)
   message(STATUS "FA_SKIP_MUTANTS=ON: the bug-catalog mutants are not built (the catalog test still runs)")
@@ -135,6 +203,27 @@ else()
     else()
       message(FATAL_ERROR "${patch}: the header needs a 'Test: <filter>' or 'Static: ...' line")
     endif()
+  endforeach()
+  # ... and every kernels/bugs/<bug>.patch, a production kernel's mutant.
+  file(GLOB FA_KERNEL_BUG_PATCHES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/bugs/*.patch)
+  list(SORT FA_KERNEL_BUG_PATCHES)
+  foreach(patch IN LISTS FA_KERNEL_BUG_PATCHES)
+    get_filename_component(bug ${patch} NAME_WE)
+    file(STRINGS ${patch} test_line REGEX "^Test:")
+    file(STRINGS ${patch} kernel_line REGEX "^Kernel:")
+    if(NOT test_line MATCHES "^Test: *(.+)$")
+      message(FATAL_ERROR "${patch}: a kernel mutant's header needs a 'Test: <filter>' line")
+    endif()
+    set(filter "${CMAKE_MATCH_1}")
+    if(NOT kernel_line MATCHES "^Kernel: *(mma|hopper) *$")
+      message(FATAL_ERROR "${patch}: a kernel mutant's header needs 'Kernel: mma' or 'Kernel: hopper'")
+    endif()
+    set(kernel ${CMAKE_MATCH_1})
+    if(NOT TARGET fa_kernel_tests_${kernel})
+      message(WARNING "${patch}: kernel ${kernel} has no test program in this build, so neither has this mutant")
+      continue()
+    endif()
+    fa_add_kernel_mutant(${kernel} ${bug} ${patch} "${filter}")
   endforeach()
 endif()
 

@@ -6,6 +6,7 @@
 // (device/tiles.h) is the policy's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -326,6 +327,64 @@ TEST(KernelsMask, FloorAndCeilingDivisionForAnySign) {
   EXPECT_EQ(ceil_div(-1, 64), 0);
   EXPECT_EQ(ceil_div(65, 64), 2);
   EXPECT_EQ(ceil_div(64, 64), 1);
+}
+
+// The backward's questions of WindowFlag against the element test: the Q tiles that see a KV tile
+// are exactly [q_range.first, q_range.end); every such Q tile's first KV tile (where its
+// deterministic turn starts) is at or before the KV tile, and is itself seen by the Q tile; and
+// block_masked is true exactly for the blocks that hold a hidden element. Windows bounded on either
+// side, both or neither, causal or not, both alignments, and offsets that put a block's edge keys
+// exactly on a row's window edge or one past it (rows start at multiples of 16; right edges of 0,
+// 15 and 16 with offsets −1 and −2).
+TEST(KernelsMask, WindowFlagAnswersTheBackwardsQuestions) {
+  const std::pair<int64_t, int64_t> windows[] = {{-1, -1}, {0, 0},   {3, -1},  {-1, 5}, {7, 2},
+                                                 {40, 0},  {16, 16}, {15, 15}, {-1, 15}};
+  for (const Shape& s : shapes())
+    for (bool causal : {false, true})
+      for (int64_t offset : {int64_t(0), s.n_kv - s.n_q, int64_t(-1), int64_t(-2), int64_t(15), int64_t(14)})
+        for (auto [left, right] : windows) {
+          AttentionParams p;
+          p.seqlen_q = s.n_q;
+          p.seqlen_kv = s.n_kv;
+          p.causal = causal;
+          p.window_left = left;
+          p.window_right = right;
+          const std::string name = std::string(causal ? "causal " : "") + "window (" + std::to_string(left) + ", " +
+                                   std::to_string(right) + ") offset " + std::to_string(offset);
+          auto sees = [&](int64_t r, int64_t k) {
+            return r < s.n_q && k < s.n_kv && key_visible(r, k, offset, causal, left, right);
+          };
+          for (int64_t n_start = 0; n_start < s.n_kv; n_start += s.block_n) {
+            const TileRange q = WindowFlag::q_range(p, offset, n_start, int(s.block_n), int(s.block_m));
+            for (int64_t m_start = 0; m_start < s.n_q; m_start += s.block_m) {
+              bool any = false;
+              for (int64_t r = m_start; r < m_start + s.block_m; ++r)
+                for (int64_t k = n_start; k < n_start + s.block_n; ++k) any |= sees(r, k);
+              const int64_t m = m_start / s.block_m;
+              ASSERT_EQ(m >= q.first && m < q.end, any) << describe(s, name) << " KV tile at " << n_start << ", Q tile "
+                                                        << m << ": q_range [" << q.first << ", " << q.end << ")";
+              if (!any) continue;
+              const int rows = int(std::min<int64_t>(s.block_m, s.n_q - m_start));
+              const int64_t first = WindowFlag::kv_tile_first(p, offset, m_start, rows, int(s.block_n));
+              // The kernels ask with BLOCK_M rows whatever the tile's real count: the same answer.
+              ASSERT_EQ(WindowFlag::kv_tile_first(p, offset, m_start, int(s.block_m), int(s.block_n)), first)
+                  << describe(s, name) << " Q tile " << m;
+              ASSERT_LE(first * s.block_n, n_start) << describe(s, name) << " Q tile " << m;
+              bool first_seen = false;
+              for (int64_t r = m_start; r < m_start + rows; ++r)
+                for (int64_t k = first * s.block_n; k < (first + 1) * s.block_n; ++k) first_seen |= sees(r, k);
+              ASSERT_TRUE(first_seen) << describe(s, name) << " Q tile " << m << ": its first KV tile " << first;
+            }
+            for (int rows : {16, 32})
+              for (int64_t q0 = 0; q0 < s.n_q; q0 += rows) {
+                bool hidden = false;
+                for (int64_t r = q0; r < q0 + rows; ++r)
+                  for (int64_t k = n_start; k < n_start + s.block_n; ++k) hidden |= !sees(r, k);
+                ASSERT_EQ(WindowFlag::block_masked(p, int(offset), int(q0), rows, int(n_start), int(s.block_n)), hidden)
+                    << describe(s, name) << " rows " << q0 << "..+" << rows << ", keys " << n_start;
+              }
+          }
+        }
 }
 
 }  // namespace

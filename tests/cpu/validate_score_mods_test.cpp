@@ -59,6 +59,15 @@ TEST(ValidateScoreMods, MalformedOnesAreRefusedByEveryStep) {
   p.alibi_slopes = static_cast<const float*>(stand_in(20));
   p.alibi_slopes_stride_batch = 3;  // neither 0 nor >= H_q = 8
   expect_refused(p, true, "alibi_slopes_stride_batch must be 0");
+  p = call();
+  p.sinks = reinterpret_cast<const float*>(static_cast<const char*>(stand_in(21)) + 2);  // not fp32-aligned
+  expect_refused(p, true, "4-byte aligned");
+  p = call();
+  p.alibi_slopes = static_cast<const float*>(p.o);  // read while O is written
+  expect_refused(p, true, "alibi_slopes overlaps o, lse, the workspace");
+  p = call();
+  p.sinks = p.lse + 4;
+  expect_refused(p, true, "sinks overlaps o, lse, the workspace");
 }
 
 TEST(ValidateScoreMods, WellFormedOnesReachAStepThatTakesThem) {

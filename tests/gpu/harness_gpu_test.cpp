@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "harness/check.h"
 #include "harness/cuda_check.h"
@@ -65,6 +66,47 @@ INSTANTIATE_TEST_SUITE_P(
       if (c.layout == Layout::bnhd) name << "_bnhd";
       return name.str();
     });
+
+// The score modifications: the GPU reference applies them as the CPU reference does (softcap,
+// ALiBi per head and per (batch, head), sinks, all together under a causal window, and rows that
+// see no key but their sink).
+TEST(GpuReferenceScoreMods, MatchesCpuReference) {
+  FA_REQUIRE_GPU();
+  struct Case {
+    ProblemShape s;
+    const char* what;
+  };
+  std::vector<Case> cases;
+  auto add = [&](ProblemShape s, float cap, ProblemShape::Alibi alibi, bool sinks, const char* what) {
+    s.softcap = cap;
+    s.alibi = alibi;
+    s.sinks = sinks;
+    s.softmax_scale = 0.3f;  // a scale far from 1/sqrt(D): the cap must sit on the scaled score
+    s.seed = 1000 + cases.size();
+    cases.push_back({s, what});
+  };
+  add(make_shape(1, 2, 2, 130, 97, 64), 5.0f, ProblemShape::Alibi::none, false, "softcap");
+  add(make_shape(2, 4, 2, 77, 150, 128, true, CausalAlign::bottom_right), 0.0f, ProblemShape::Alibi::per_head, false,
+      "alibi per head");
+  add(make_shape(3, 2, 1, 100, 40, 64, true, CausalAlign::top_left), 0.0f, ProblemShape::Alibi::per_batch_head, false,
+      "alibi per (batch, head), N_q > N_kv");
+  add(make_shape(1, 2, 2, 90, 30, 64, true, CausalAlign::bottom_right), 0.0f, ProblemShape::Alibi::none, true,
+      "sinks, rows with no key");
+  ProblemShape all = make_shape(2, 2, 2, 200, 260, 128, true, CausalAlign::bottom_right);
+  all.window_left = 40;
+  all.window_right = 0;
+  add(all, 8.0f, ProblemShape::Alibi::per_batch_head, true, "everything under a causal window");
+  for (const Case& c : cases) {
+    AttentionProblem prob(c.s);
+    ReferenceData cpu = compute_reference(prob, ReferenceKind::cpu);
+    ReferenceData gpu = compute_reference(prob, ReferenceKind::gpu);
+    std::vector<float> o(gpu.o.begin(), gpu.o.end()), lse(gpu.lse.begin(), gpu.lse.end());
+    CompareResult ro = compare(o, cpu.o, Tolerance{1e-5, 1e-4, 1e-5});
+    CompareResult rl = compare(lse, cpu.lse, Tolerance{1e-5, 1e-5, 1e-6});
+    EXPECT_TRUE(ro.ok) << c.what << ": " << to_string(c.s) << " O: " << ro.summary();
+    EXPECT_TRUE(rl.ok) << c.what << ": " << to_string(c.s) << " LSE: " << rl.summary();
+  }
+}
 
 TEST(Generator, DeviceMatchesHostFormulaInBothLayouts) {
   FA_REQUIRE_GPU();

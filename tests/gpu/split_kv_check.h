@@ -70,16 +70,19 @@ inline std::vector<unsigned char> expect_split_matches(const ProblemShape& s, in
 
 // The reference of a batch whose sequence b attends to its first length(b) keys (steps 29-30's KV
 // caches): each sequence alone, on its own keys, from the problem's host inputs h* and strides p.
+// `mods`: the score modifications' host arrays when p has them (ALiBi aligned to each length).
 template <typename Length>
 void per_sequence_reference(const AttentionParams& p, const std::vector<float>& hq, const std::vector<float>& hk,
                             const std::vector<float>& hv, const Length& length, std::vector<double>* ref_o,
-                            std::vector<double>* ref_lse) {
+                            std::vector<double>* ref_lse, const ReferenceScoreMods& mods = {}) {
   for (int64_t b = 0; b < p.batch; ++b) {
     AttentionParams one = p;
     one.batch = 1;
     one.seqlen_kv = length(b);
+    ReferenceScoreMods m = mods;  // sequence b's slopes, when there is one per (batch, head)
+    if (m.alibi_slopes) m.alibi_slopes += b * p.alibi_slopes_stride_batch;
     const ReferenceOutput r = cpu_reference(one, hq.data() + b * p.q_stride.batch, hk.data() + b * p.k_stride.batch,
-                                            hv.data() + b * p.v_stride.batch);
+                                            hv.data() + b * p.v_stride.batch, m);
     ref_o->insert(ref_o->end(), r.o.begin(), r.o.end());
     ref_lse->insert(ref_lse->end(), r.lse.begin(), r.lse.end());
   }

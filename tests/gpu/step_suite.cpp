@@ -36,6 +36,10 @@ std::string shape_name(const ProblemShape& s) {
     os << "_W" << (s.window_left < 0 ? std::string("inf") : std::to_string(s.window_left)) << "x"
        << (s.window_right < 0 ? std::string("inf") : std::to_string(s.window_right))
        << (s.align == CausalAlign::bottom_right ? "BR" : "TL");
+  if (s.softcap != 0.0f) os << "_cap" << int(s.softcap);
+  if (s.alibi != ProblemShape::Alibi::none) os << (s.alibi == ProblemShape::Alibi::per_head ? "_alibiH" : "_alibiBH");
+  if (s.sinks) os << "_sinks";
+  if (s.softmax_scale != 0.0f) os << "_scale" << int(std::lround(s.softmax_scale * 100)) << "e-2";
   return os.str();
 }
 
@@ -58,7 +62,10 @@ bool supports(const StepInfo& st, const ProblemShape& s) {
   bool dim_ok = false;
   for (int d : c.head_dims) dim_ok |= (d == s.head_dim);
   const bool window = s.window_left >= 0 || s.window_right >= 0;
-  return dim_ok && (!s.causal || c.causal) && (s.heads_kv == s.heads_q || c.gqa) && (!window || c.sliding_window);
+  const bool mods_ok =
+      (s.softcap == 0.0f || c.softcap) && (s.alibi == ProblemShape::Alibi::none || c.alibi) && (!s.sinks || c.sinks);
+  return dim_ok && (!s.causal || c.causal) && (s.heads_kv == s.heads_q || c.gqa) && (!window || c.sliding_window) &&
+         mods_ok;
 }
 
 // Registers `shape` under suite/name for `st` if the step supports it.
@@ -153,6 +160,37 @@ void register_for(const StepInfo& st) {
     window(make_shape(1, 1, 1, 4096, 4096, d, true, CausalAlign::bottom_right), 1000, -1);
   }
 
+  // Score modifications (softcap, ALiBi, sinks; the steps that take them): each alone and all
+  // together, against the references' formulas (include/fa/params.h). A cap that saturates (logits
+  // of std ~100 under a cap of 30) and one in tanh's bend under a scale far from 1/sqrt(D) (0.3: a
+  // cap applied after the scale instead of before it is wrong there); ALiBi per head and per
+  // (batch, head), aligned bottom-right whatever the causal alignment, N_q != N_kv both ways; sinks
+  // with rows that see no key (O = 0, LSE = the sink), and at N = 4096 (the GPU reference; the cap
+  // at N = 8192 too).
+  using Alibi = ProblemShape::Alibi;
+  for (int d : {64, 128}) {
+    auto mods = [&](ProblemShape s, float cap, Alibi alibi, bool sinks, float scale = 0.0f) {
+      s.softcap = cap;
+      s.alibi = alibi;
+      s.sinks = sinks;
+      s.softmax_scale = scale;
+      add_case(st, "ScoreMods", s);
+    };
+    ProblemShape hot = make_shape(1, 2, 2, 515, 700, d, true);
+    hot.input = InputKind::large_logits;
+    mods(hot, 30.0f, Alibi::none, false);
+    mods(make_shape(1, 2, 2, 1013, 1024, d, true), 5.0f, Alibi::none, false, 0.3f);
+    mods(make_shape(1, 1, 1, 8192, 8192, d, true, CausalAlign::bottom_right), 50.0f, Alibi::none, false);
+    mods(make_shape(1, 4, 2, 300, 1000, d), 0.0f, Alibi::per_head, false);
+    mods(make_shape(2, 2, 2, 1000, 300, d, true, CausalAlign::top_left), 0.0f, Alibi::per_batch_head, false);
+    mods(make_shape(2, 2, 1, 1000, 300, d, true, CausalAlign::bottom_right), 0.0f, Alibi::none, true);
+    mods(make_shape(1, 2, 2, 4096, 4096, d), 0.0f, Alibi::none, true);
+    ProblemShape all = make_shape(2, 4, 2, 777, 1531, d, true, CausalAlign::bottom_right);
+    all.window_left = 300;
+    all.window_right = 0;
+    mods(all, 20.0f, Alibi::per_batch_head, true, 0.2f);
+  }
+
   // A custom softmax scale is honoured.
   ProblemShape scaled = make_shape(1, 2, 2, 150, 150, 64);
   scaled.softmax_scale = 0.3f;
@@ -197,6 +235,18 @@ void register_for(const StepInfo& st) {
   if (!st.caps.causal) bad("CausalUnsupported", [](AttentionParams& p) { p.causal = true; });
   bad("WindowBelowMinusOne", [](AttentionParams& p) { p.window_left = -2; });
   if (!st.caps.sliding_window) bad("WindowUnsupported", [](AttentionParams& p) { p.window_left = 100; });
+  bad("NegativeSoftcap", [](AttentionParams& p) { p.softcap = -1.0f; });
+  bad("NanSoftcap", [](AttentionParams& p) { p.softcap = NAN; });
+  if (!st.caps.softcap) bad("SoftcapUnsupported", [](AttentionParams& p) { p.softcap = 30.0f; });
+  // (Any device pointer will do: a step refuses before it reads the array.)
+  if (!st.caps.alibi)
+    bad("AlibiUnsupported", [](AttentionParams& p) { p.alibi_slopes = static_cast<const float*>(p.k); });
+  if (!st.caps.sinks) bad("SinksUnsupported", [](AttentionParams& p) { p.sinks = static_cast<const float*>(p.k); });
+  if (st.caps.alibi)
+    bad("AlibiStrideBelowHeads", [](AttentionParams& p) {
+      p.alibi_slopes = static_cast<const float*>(p.k);
+      p.alibi_slopes_stride_batch = 1;  // H_q = 2
+    });
 }
 
 }  // namespace

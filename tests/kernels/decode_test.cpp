@@ -4,8 +4,8 @@
 // (tests/gpu/split_kv_check.h): every group size, both head dims and layouts, causal rows in both
 // alignments, rows that see no key, the kernel's own split count; a split, lengths per sequence or
 // pages asked of a call the decode kernel does not take are refused with nothing written; describe
-// names the decode kernel for the calls it takes. Steps 29 and 30's ragged and paged cache tests run
-// through both kernels too.
+// names the decode kernel for the calls it takes; the score modifications. Steps 29 and 30's ragged
+// and paged cache tests run through both kernels too.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -73,6 +73,38 @@ TEST(Decode, CombineEveryWarpsPerRow) {
     expect_split_matches(split_shape(1, 8, 2, 9, 700, d, true), 32, 32);
     expect_split_matches(split_shape(1, 8, 2, 9, 5, d, true), 24, 24);  // bottom-right: 4 rows see no key
   }
+}
+
+// The score modifications in the decode kernel: softcap, ALiBi per head and per (batch, head) (each
+// packed row with its own head's slope), sinks (each row's once: by the kernel without a split, by
+// the combine with one), and all three; unsplit and split, GQA groups of 4 and 8, speculative causal
+// rows, rows that see no key (LSE = the sink).
+TEST(Decode, ScoreMods) {
+  FA_REQUIRE_GPU();
+  using Alibi = ProblemShape::Alibi;
+  auto mods = [](ProblemShape s, float cap, Alibi alibi, bool sinks) {
+    s.softcap = cap;
+    s.alibi = alibi;
+    s.sinks = sinks;
+    return s;
+  };
+  // Every configuration of the decode kernel (keys over warps, 32 rows a warp), each unsplit (a
+  // workspace given, num_splits = 1: the decode kernel's own sink) and in 4 splits (the combine's).
+  const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionDecode);
+  ASSERT_NE(t, nullptr);
+  int runs = 0;
+  for (int64_t d : testing::the_step().caps.head_dims)
+    for (const std::string& config : t->config_names(int(d)))
+      for (int splits : {1, 4}) {
+        auto check = [&](const ProblemShape& s) { expect_split_matches(s, splits, 4, t, config); };
+        check(mods(split_shape(2, 32, 8, 1, 1000, d), 30.0f, Alibi::none, false));
+        check(mods(split_shape(2, 16, 2, 5, 777, d, true), 0.0f, Alibi::per_head, false));
+        check(mods(split_shape(2, 16, 4, 1, 900, d), 0.0f, Alibi::per_batch_head, false));
+        check(mods(split_shape(2, 32, 8, 1, 1000, d), 0.0f, Alibi::none, true));
+        check(mods(split_shape(1, 8, 2, 9, 5, d, true), 20.0f, Alibi::per_head, true));
+        ++runs;
+      }
+  EXPECT_GT(runs, 0);
 }
 
 TEST(Decode, BnhdLayout) {

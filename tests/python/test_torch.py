@@ -444,8 +444,7 @@ def test_flash_attn_func_is_flash_attns_call(shape, causal):
 
 def test_flash_attn_func_refuses_what_it_does_not_have():
     q, k, v = inputs(1, 64, 64, 2, 2, 64, seed=14)
-    for kwargs, what in (({"dropout_p": 0.1}, "dropout"), ({"softcap": 30.0}, "softcapping"), ({"alibi_slopes": torch.ones(2, device=DEV)}, "ALiBi"),
-                         ({"return_attn_probs": True}, "return_attn_probs")):
+    for kwargs, what in (({"dropout_p": 0.1}, "dropout"), ({"return_attn_probs": True}, "return_attn_probs")):
         with pytest.raises(NotImplementedError, match=what):
             fa_course.flash_attn_func(q, k, v, **kwargs)
 
@@ -465,16 +464,12 @@ def test_flash_attn_func_sliding_window(shape, causal, window):
     assert torch.equal(torch.isinf(lse), ~seen), "a row without a key has LSE -inf, and only such a row"
 
 
-def test_sliding_window_refuses_a_gradient_and_a_step_without_one():
+def test_sliding_window_refuses_a_step_without_one():
     q, k, v = inputs(1, 128, 128, 2, 2, 64, seed=17)
-    q.requires_grad_(True)
-    with pytest.raises(NotImplementedError, match="backward of a sliding window"):
-        fa_course.flash_attn_func(q, k, v, window_size=(32, 0))
-    with torch.no_grad():
-        close(fa_course.flash_attn_func(q, k, v, window_size=(32, 0)),
-              attention_fp64(q, k, v, causal_align="bottom_right", window_size=(32, 0))[0])
-    with pytest.raises(fa_course.UnsupportedInputError, match="has no sliding window"):
-        fa_course.attention(q.detach(), k, v, window_size=(32, 0), step=16)
+    for grad in (False, True):
+        q.requires_grad_(grad)
+        with pytest.raises(fa_course.UnsupportedInputError, match="has no sliding window"):
+            fa_course.attention(q, k, v, window_size=(32, 0), step=16)
 
 
 def test_the_default_path_is_the_librarys_choice():
@@ -497,10 +492,13 @@ def test_the_default_path_is_the_librarys_choice():
 # absolute slack, and the error's norm is at most 1% of the gradient's.
 
 
-def math_attention(q, k, v, causal=False, causal_align="top_left", softmax_scale=None):
+def math_attention(q, k, v, causal=False, causal_align="top_left", softmax_scale=None, window_size=(-1, -1),
+                   deterministic=False, softcap=0.0, alibi_slopes=None, sinks=None):
     """Attention as plain PyTorch operations in the inputs' dtype, differentiable: in fp64 the
     reference, in bf16 the yardstick. (B, N, H, D) tensors; a row that sees no key gets O = 0 and no
-    gradient, as in the library."""
+    gradient, as in the library. window_size: flash-attn's (left, right), the offset causal_align's.
+    softcap, alibi_slopes ((H,) or (B, H), bottom-right), sinks ((H,), one more logit in each row's
+    softmax): the score modifications, in the library's order. (deterministic: ignored.)"""
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, N, D)
     group = qt.shape[1] // kt.shape[1]
     kt, vt = kt.repeat_interleave(group, 1), vt.repeat_interleave(group, 1)
@@ -509,7 +507,24 @@ def math_attention(q, k, v, causal=False, causal_align="top_left", softmax_scale
     n_q, n_kv = s.shape[-2], s.shape[-1]
     i = torch.arange(n_q, device=s.device)[:, None]
     j = torch.arange(n_kv, device=s.device)[None, :]
-    hidden = (j > i + (n_kv - n_q if causal_align == "bottom_right" else 0)) if causal else torch.zeros_like(j > i)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(s.dtype).reshape(-1 if alibi_slopes.dim() == 2 else 1, s.shape[1], 1, 1)
+        s = s - slopes * (i + n_kv - n_q - j).abs().to(s.dtype)
+    offset = n_kv - n_q if causal_align == "bottom_right" else 0
+    hidden = (j > i + offset) if causal else torch.zeros_like(j > i)
+    left, right = window_size
+    if left >= 0:
+        hidden = hidden | (j < i + offset - left)
+    if right >= 0:
+        hidden = hidden | (j > i + offset + right)
+    if sinks is not None:
+        # Each row's softmax over its visible scores and its head's sink (a column of its own,
+        # dropped after the softmax); a row with no key puts all its weight on the sink (O = 0).
+        sink = sinks.to(s.dtype).reshape(1, -1, 1, 1).expand(s.shape[0], -1, n_q, 1)
+        p = torch.softmax(torch.cat([s.masked_fill(hidden, float("-inf")), sink], dim=-1), dim=-1)[..., :n_kv]
+        return (p @ vt).transpose(1, 2)
     empty = hidden.all(-1, keepdim=True)  # rows that see no key: kept finite here, zeroed after the softmax
     p = torch.softmax(s.masked_fill(hidden & ~empty, float("-inf")), dim=-1).masked_fill(empty, 0.0)
     return (p @ vt).transpose(1, 2)
@@ -562,6 +577,21 @@ def test_gradients_against_fp64_reference(shape, causal, align):
     if causal and align == "bottom_right" and n_q > n_kv:  # the first N_q − N_kv queries see no key
         assert torch.equal(ours[0][:, :n_q - n_kv], torch.zeros_like(ours[0][:, :n_q - n_kv]))
         assert (exact[0][:, :n_q - n_kv] == 0).all()
+
+
+@pytest.mark.parametrize("shape", [(2, 300, 517, 4, 2, 64), (1, 700, 400, 4, 4, 128)], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [(64, 0), (100, 30), (-1, 16), (250, -1)], ids=str)
+def test_sliding_window_gradients(shape, causal, window):
+    """flash-attn's window_size in the backward, at the yardstick, against fp64 autograd of the same
+    window (bottom-right, as flash_attn_func aligns it); rows the window leaves without a key get no
+    gradient. One window also in the deterministic mode."""
+    q, k, v = inputs(*shape, seed=18)
+    do = upstream(q, seed=19)
+    opts = dict(causal=causal, causal_align="bottom_right", window_size=window)
+    within_yardstick(*three_ways([q, k, v], do, **opts), what=f"window {window}: ")
+    if window == (100, 30):
+        within_yardstick(*three_ways([q, k, v], do, deterministic=True, **opts), what="deterministic: ")
 
 
 def test_gradients_with_a_scale_and_through_flash_attn_func():
@@ -767,3 +797,116 @@ def test_cuda_graph_captures_a_training_step():
         torch.testing.assert_close(captured[1], eager[1], rtol=0, atol=0)
         torch.testing.assert_close(captured[2], eager[2], rtol=0, atol=0)
         torch.testing.assert_close(captured[0], eager[0], rtol=2 ** -7, atol=1e-3 * eager[0].abs().max().item())
+
+
+# ---- score modifications ------------------------------------------------------------------------
+
+MOD_SHAPES = [(2, 300, 517, 4, 2, 64), (1, 517, 300, 4, 4, 128)]
+
+
+def mod_args(kind, b, h, seed):
+    """The keyword arguments of one modification: a cap in tanh's bend (scaled scores of std ~2.4 at
+    D = 64 under a scale of 0.3 and a cap of 2) and Gemma 2's cap of 50, ALiBi slopes per head or per
+    (batch, head), sink logits near the rows' own LSE (so that they weigh), all together under a window."""
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    slopes = torch.tensor([2.0 ** (-8.0 * (x + 1) / h) for x in range(h)], device=DEV)
+    if kind == "softcap":
+        return dict(softcap=2.0, softmax_scale=0.3)
+    if kind == "softcap50":
+        return dict(softcap=50.0)
+    if kind == "alibi":
+        return dict(alibi_slopes=slopes)
+    if kind == "alibi_bh":
+        return dict(alibi_slopes=slopes[None, :] * torch.arange(1, b + 1, device=DEV)[:, None].float())
+    if kind == "sinks":
+        return dict(sinks=torch.randn(h, device=DEV, generator=g) + 3.0)
+    return dict(softcap=20.0, alibi_slopes=slopes, sinks=torch.randn(h, device=DEV, generator=g) + 3.0,
+                window_size=(100, 0))
+
+
+MOD_KINDS = ["softcap", "softcap50", "alibi", "alibi_bh", "sinks", "all"]
+
+
+@pytest.mark.parametrize("shape", MOD_SHAPES, ids=lambda s: "B{}_Nq{}_Nkv{}_H{}_Hkv{}_D{}".format(*s))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kind", MOD_KINDS)
+def test_score_mods_forward(shape, causal, kind):
+    """Each modification (and all together under a window) against fp64 math attention, bottom-right
+    as flash_attn_func aligns; rows that see no key (N_q > N_kv, causal) get O = 0."""
+    q, k, v = inputs(*shape, seed=40)
+    mods = mod_args(kind, shape[0], shape[3], seed=41)
+    fa_mods = {("learnable_sink" if key == "sinks" else key): val for key, val in mods.items()}
+    out = fa_course.flash_attn_func(q, k, v, causal=causal, **fa_mods)
+    ref = math_attention(q.double(), k.double(), v.double(), causal=causal, causal_align="bottom_right", **mods)
+    close(out, ref)
+
+
+@pytest.mark.parametrize("shape", MOD_SHAPES, ids=lambda s: "B{}_Nq{}_Nkv{}_H{}_Hkv{}_D{}".format(*s))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kind", MOD_KINDS)
+def test_score_mods_gradients(shape, causal, kind):
+    """dq, dk, dv at flash-attn's yardstick against fp64 autograd of the same modifications (the cap's
+    derivative, ALiBi's constant bias), and the sinks' gradient (a bf16 parameter, as gpt-oss keeps
+    them) within 1e-2 of fp64's in norm; the deterministic mode once."""
+    q, k, v = inputs(*shape, seed=42)
+    do = upstream(q, seed=43)
+    mods = mod_args(kind, shape[0], shape[3], seed=44)
+    opts = dict(causal=causal, causal_align="bottom_right", **{key: val for key, val in mods.items() if key != "sinks"})
+    if "sinks" not in mods:
+        within_yardstick(*three_ways([q, k, v], do, **opts), what=f"{kind}: ")
+        return
+    sinks = mods["sinks"].to(torch.bfloat16)
+    fn = lambda q, k, v, s: fa_course.attention(q, k, v, sinks=s, **opts)
+    ref = lambda q, k, v, s: math_attention(q, k, v, sinks=s, **opts)
+    ours = grads_of(fn, [q, k, v, sinks], do)[1]
+    bf16 = grads_of(ref, [q, k, v, sinks], do)[1]
+    exact = grads_of(ref, [q.double(), k.double(), v.double(), sinks.double()], do.double())[1]
+    within_yardstick(ours[:3], bf16[:3], exact[:3], what=f"{kind}: ")
+    assert ours[3] is not None and ours[3].dtype == torch.bfloat16 and ours[3].shape == sinks.shape
+    rel = ((ours[3].double() - exact[3]).norm() / exact[3].norm()).item()
+    assert rel <= 1e-2, f"{kind}: dsinks relative error {rel:.3e}"
+    if kind == "all":
+        det = grads_of(lambda *t: fa_course.attention(*t[:3], sinks=t[3], deterministic=True, **opts),
+                       [q, k, v, sinks], do)[1]
+        again = grads_of(lambda *t: fa_course.attention(*t[:3], sinks=t[3], deterministic=True, **opts),
+                         [q, k, v, sinks], do)[1]
+        assert all(torch.equal(a, b) for a, b in zip(det, again)), "deterministic: gradients differ run to run"
+
+
+def test_score_mods_refusals():
+    """What the library or this layer refuses, by name, nothing computed: slopes that require grad, arrays
+    of the wrong dtype or shape, a negative cap, a pinned step without the modifications."""
+    q, k, v = inputs(1, 64, 64, 2, 2, 64, seed=45)
+    with pytest.raises(NotImplementedError, match="alibi_slopes"):
+        fa_course.attention(q, k, v, alibi_slopes=torch.ones(2, device=DEV, requires_grad=True))
+    with pytest.raises(ValueError, match="alibi_slopes must be a contiguous float32"):
+        fa_course.attention(q, k, v, alibi_slopes=torch.ones(3, device=DEV))
+    with pytest.raises(ValueError, match="sinks must be a contiguous float32"):
+        fa_course.attention(q, k, v, sinks=torch.ones(2, 2, device=DEV))
+    with pytest.raises(fa_course.UnsupportedInputError, match="softcap"):
+        fa_course.attention(q, k, v, softcap=-1.0)
+    with pytest.raises(fa_course.UnsupportedInputError, match="has no softcap"):
+        fa_course.attention(q, k, v, softcap=30.0, step=16)
+
+
+@pytest.mark.parametrize("n_new,num_splits", [(1, 0), (3, 1), (1, 4)])
+def test_flash_attn_with_kvcache_score_mods(n_new, num_splits):
+    """The decode call with flash-attn's softcap, alibi_slopes and learnable_sink, all three: each
+    sequence against fp64 math attention over its own keys, ALiBi bottom-right to its length, the sink
+    once a row whether the keys are split or not."""
+    b, cap, h_q, h_kv, d = 3, 600, 8, 2, 128
+    g = torch.Generator(device=DEV).manual_seed(46)
+    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
+    k_cache, v_cache = rnd(b, cap, h_kv, d), rnd(b, cap, h_kv, d)
+    lengths = [10, 500, 0]
+    q, k, v = rnd(b, n_new, h_q, d), rnd(b, n_new, h_kv, d), rnd(b, n_new, h_kv, d)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    slopes = torch.tensor([2.0 ** (-8.0 * (x + 1) / h_q) for x in range(h_q)], device=DEV)
+    sinks = torch.randn(h_q, device=DEV, generator=g) + 4.0
+    out = fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens, causal=True, softcap=20.0,
+                                           alibi_slopes=slopes, num_splits=num_splits, learnable_sink=sinks)
+    for i, n in enumerate(lengths):
+        keys, vals = k_cache[i:i + 1, :n + n_new], v_cache[i:i + 1, :n + n_new]
+        ref = math_attention(q[i:i + 1].double(), keys.double(), vals.double(), causal=True, causal_align="bottom_right",
+                             softcap=20.0, alibi_slopes=slopes, sinks=sinks)
+        close(out[i:i + 1], ref)

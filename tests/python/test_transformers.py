@@ -4,7 +4,8 @@ model built here with random weights (no downloads): 2 layers, 4 query heads ove
 logits, prefill after a KV cache (fewer queries than keys), `generate` with the cache, a padded
 batch and `generate` on one (through the varlen call), a compiled
 attention call and a compiled model, a training step's gradients and a short training run beside
-SDPA's; and each input it must refuse. Needs a CUDA GPU and
+SDPA's; a Mistral-shaped model with a sliding window (logits, a prefill after a cache, gradients);
+Gemma-2- and gpt-oss-shaped models (softcapping, sinks) against eager; and each input it must refuse. Needs a CUDA GPU and
 transformers (tests/python/run.sh skips the ctest case, with the reason, where either is missing)."""
 import copy
 
@@ -201,12 +202,124 @@ def test_refusals_say_why():
     drop.attention_dropout = 0.1
     with torch.enable_grad(), pytest.raises(ValueError, match="dropout"):
         model(NAME, config=drop).train()(x)
-    from transformers import MistralConfig
-    window = MistralConfig(**{k: getattr(CONFIG, k) for k in ("vocab_size", "hidden_size", "intermediate_size",
-                                                              "num_hidden_layers", "num_attention_heads",
-                                                              "num_key_value_heads")}, sliding_window=16)
-    with pytest.raises(ValueError, match="sliding window|sliding_window"):
-        model(NAME, config=window, state=None)(x)
+    with pytest.raises(ValueError, match="padding mask with a sliding window"):
+        model(NAME, config=WINDOW_CONFIG, state=_WINDOW_STATE)(x, attention_mask=padded)
+
+
+# A Mistral-shaped model with a sliding window of 16 tokens (transformers: a token sees itself and
+# the 15 before it), served through flash-attn's window_size (15, 0).
+from transformers import MistralConfig  # noqa: E402
+
+WINDOW_CONFIG = MistralConfig(**{k: getattr(CONFIG, k) for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                                                 "num_hidden_layers", "num_attention_heads",
+                                                                 "num_key_value_heads", "initializer_range",
+                                                                 "attention_dropout", "pad_token_id")},
+                              head_dim=128, sliding_window=16, max_position_embeddings=4096)
+torch.manual_seed(1)
+_WINDOW_STATE = AutoModelForCausalLM.from_config(WINDOW_CONFIG, attn_implementation="eager").state_dict()
+
+
+def test_sliding_window_model_within_sdpas_own_error():
+    """Prefill logits of the window model (100 tokens, six windows long) against its fp32 eager copy,
+    within SDPA's own error, a prefill after a cache (bottom-right), and one training step's
+    gradients beside SDPA's."""
+    x = ids(2, 100, seed=9)
+    with torch.no_grad():
+        exact = model("eager", torch.float32, WINDOW_CONFIG, _WINDOW_STATE)(x).logits
+        ours = model(NAME, config=WINDOW_CONFIG, state=_WINDOW_STATE)(x).logits
+        sdpa = model("sdpa", config=WINDOW_CONFIG, state=_WINDOW_STATE)(x).logits
+    print(f"window prefill vs fp32 eager: fa_course rel {rel(ours, exact):.2e}, sdpa rel {rel(sdpa, exact):.2e}")
+    assert rel(ours, exact) <= 1.5 * rel(sdpa, exact)
+    assert worst(ours, exact) <= 2.0 * worst(sdpa, exact)
+    with torch.no_grad():
+        m = model(NAME, config=WINDOW_CONFIG, state=_WINDOW_STATE)
+        first = m(x[:, :70], use_cache=True)
+        after = m(x[:, 70:], past_key_values=first.past_key_values, use_cache=True).logits
+    assert rel(after, exact[:, 70:]) <= 1.5 * rel(sdpa[:, 70:], exact[:, 70:])
+    grads = {}
+    for impl, dtype in ((NAME, torch.bfloat16), ("sdpa", torch.bfloat16), ("eager", torch.float32)):
+        m = model(impl, dtype, WINDOW_CONFIG, _WINDOW_STATE).train()
+        m(x, labels=x).loss.backward()
+        grads[impl] = {n: p.grad for n, p in m.named_parameters()}
+    for n, g_exact in grads["eager"].items():
+        g_ours, g_sdpa = grads[NAME][n], grads["sdpa"][n]
+        assert g_ours is not None and torch.isfinite(g_ours).all(), n
+        assert rel(g_ours, g_exact) <= max(1.5 * rel(g_sdpa, g_exact), 1e-2), \
+            f"{n}: fa_course rel {rel(g_ours, g_exact):.2e}, sdpa rel {rel(g_sdpa, g_exact):.2e}"
+
+
+# Models with score modifications, built here with random weights: a Gemma-2-shaped model (logit
+# softcapping of 50 on every layer, a 16-token sliding window on every other, a scale of
+# query_pre_attn_scalar^-1/2 = 1/16 rather than 1/sqrt(D)) and a gpt-oss-shaped one (a learnable sink
+# per head, 16-token windows on every other layer). Their reference is transformers' eager attention:
+# SDPA has no softcap or sinks.
+def _mod_config(name, **extra):
+    cls = getattr(transformers, name, None)
+    if cls is None:
+        pytest.skip(f"this transformers has no {name}")
+    base = {k: getattr(CONFIG, k) for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                            "num_attention_heads", "num_key_value_heads", "initializer_range",
+                                            "attention_dropout", "pad_token_id")}
+    return cls(**base, max_position_embeddings=4096, **extra)
+
+
+def _within_eagers_own_error(config, seed):
+    """Prefill logits against the fp32 eager copy within bf16 eager's own error, and one training
+    step's gradients of every parameter (the sinks included) likewise."""
+    torch.manual_seed(seed)
+    state = AutoModelForCausalLM.from_config(config, attn_implementation="eager").state_dict()
+    x = ids(2, 100, seed=seed)
+    with torch.no_grad():
+        exact = model("eager", torch.float32, config, state)(x).logits
+        ours = model(NAME, config=config, state=state)(x).logits
+        eager = model("eager", torch.bfloat16, config, state)(x).logits
+    print(f"{type(config).__name__} prefill vs fp32 eager: fa_course rel {rel(ours, exact):.2e}, "
+          f"bf16 eager rel {rel(eager, exact):.2e}")
+    assert rel(ours, exact) <= 1.5 * rel(eager, exact)
+    assert worst(ours, exact) <= 2.0 * worst(eager, exact)
+    grads = {}
+    for impl, dtype in ((NAME, torch.bfloat16), ("eager-bf16", torch.bfloat16), ("eager", torch.float32)):
+        m = model(impl.split("-")[0], dtype, config, state).train()
+        m(x, labels=x).loss.backward()
+        grads[impl] = {n: p.grad for n, p in m.named_parameters()}
+    for n, g_exact in grads["eager"].items():
+        if g_exact is None:  # a parameter the loss does not reach (an expert no token chose)
+            continue
+        g_ours, g_bf16 = grads[NAME][n], grads["eager-bf16"][n]
+        assert g_ours is not None and torch.isfinite(g_ours).all(), n
+        if n.endswith("router.bias"):
+            # With every expert chosen (2 of 2) the router bias's gradient is a difference of two
+            # near-equal sums (±0.016 at commit e709c56): its relative error is noise for any bf16
+            # implementation (bf16 eager's 0.63 in one layer, 0.004 in the other). Judged by its
+            # absolute error instead, against bf16 eager's or 1e-3.
+            assert worst(g_ours, g_exact) <= 2 * max(worst(g_bf16, g_exact), 1e-3), \
+                f"{n}: fa_course |err| {worst(g_ours, g_exact):.2e}, bf16 eager |err| {worst(g_bf16, g_exact):.2e}"
+            continue
+        assert rel(g_ours, g_exact) <= max(1.5 * rel(g_bf16, g_exact), 1e-2), \
+            f"{n}: fa_course rel {rel(g_ours, g_exact):.2e}, bf16 eager rel {rel(g_bf16, g_exact):.2e}"
+    return grads
+
+
+def test_softcap_model_within_eagers_own_error():
+    config = _mod_config("Gemma2Config", head_dim=128, query_pre_attn_scalar=256, sliding_window=16,
+                         attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
+    _within_eagers_own_error(config, seed=12)
+
+
+def test_sinks_model_within_eagers_own_error():
+    config = _mod_config("GptOssConfig", head_dim=64, sliding_window=16, num_local_experts=2, num_experts_per_tok=2)
+    grads = _within_eagers_own_error(config, seed=13)
+    assert any(n.endswith("sinks") and g is not None for n, g in grads[NAME].items()), "no sinks gradient"
+
+
+@torch.no_grad()
+def test_padded_batch_with_softcap_is_refused():
+    config = _mod_config("Gemma2Config", head_dim=128, attn_logit_softcapping=50.0)
+    x = ids(2, 64, seed=14)
+    padded = torch.ones_like(x)
+    padded[0, :10] = 0
+    with pytest.raises(ValueError, match="padding mask with logit softcapping"):
+        model(NAME, config=config, state=None)(x, attention_mask=padded)
 
 
 def train(impl, steps=30, lr=1e-3):

@@ -8,13 +8,15 @@
 What it serves: bf16 attention at the head dims the course builds (64, 128), grouped-query heads,
 prefill (causal; with fewer queries than keys, as after a KV cache, the mask is aligned bottom-right,
 flash-attn's convention), decoding (one query against the cache) and non-causal (encoder-style)
-attention. A padded batch (sequences of different lengths, left or right padded, as `generate`
+attention; sliding-window layers (Mistral, Qwen2, Gemma-style: a token sees itself and the W − 1
+before it, transformers' sliding_window = W), logit softcapping (Gemma 2's `softcap`) and attention
+sinks (gpt-oss's `s_aux`, a logit per head that trains) on unpadded batches, in inference and training. A padded batch (sequences of different lengths, left or right padded, as `generate`
 makes them) runs without its padding in inference: each sequence's tokens are gathered into a packed
 batch for fa_course.flash_attn_varlen_func and scattered back, the padded rows' outputs zero. What
 it refuses, with a ValueError or fa_course.UnsupportedInputError that says why, instead of
-computing something else: a padding mask in training (the varlen backward is not built yet), packed
-sequences, a sliding window or chunked mask, any other mask a model overlays, dropout, logit
-softcapping, attention sinks, another dtype or head dim.
+computing something else: a padding mask in training (the varlen backward is not built yet), a
+padding mask with a sliding window, softcapping or sinks, packed sequences, a chunked mask, any other
+mask a model overlays, dropout, another dtype or head dim.
 
 Training: query, key and value get their gradients from the course's backward (fa_course.attention
 is differentiable), so a model trains with it as with 'sdpa'. Attention dropout is refused, as
@@ -38,8 +40,7 @@ def _refuse(what: str) -> ValueError:
 
 # Keyword arguments a model may pass that change what attention computes. Passed with a value other
 # than these, they are refused: computing without them would give another model's output.
-_NEUTRAL = {"sliding_window": (None,), "softcap": (None, 0, 0.0), "s_aux": (None,), "sinks": (None,),
-            "cu_seq_lens_q": (None,), "cu_seq_lens_k": (None,), "head_mask": (None,)}
+_NEUTRAL = {"cu_seq_lens_q": (None,), "cu_seq_lens_k": (None,), "head_mask": (None,)}
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -53,11 +54,35 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         if kwargs.get(name) is not None and kwargs[name] not in neutral:
             raise _refuse(f"{name}={kwargs[name]!r}")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    # Score modifications: Gemma 2's logit softcapping (softcap), gpt-oss's sinks (s_aux; a learnable
+    # logit per head, trained through the course's backward).
+    softcap = kwargs.get("softcap") or 0.0
+    sinks = kwargs.get("s_aux", kwargs.get("sinks"))
+    if attention_mask is not None and (softcap or sinks is not None):
+        raise _refuse(f"a padding mask with {'logit softcapping' if softcap else 'attention sinks'}: the padded "
+                      "path does not pass them to the variable-length call yet; run the batch unpadded or with "
+                      "'eager'")
+    window = (-1, -1)
+    sliding = kwargs.get("sliding_window")
+    if sliding is not None:
+        # transformers' sliding window: key j visible to query i when i − W < j <= i (its
+        # sliding_window_overlay on the causal mask), flash-attn's window_size (W − 1, 0).
+        if not causal:
+            raise _refuse(f"a bidirectional sliding window (sliding_window={sliding!r} without the causal mask)")
+        if attention_mask is not None:
+            raise _refuse(f"a padding mask with a sliding window (sliding_window={sliding!r}): the variable-length "
+                          "call takes no window yet; run the batch unpadded or with 'sdpa'")
+        window = (int(sliding) - 1, -1)
     if attention_mask is not None:
         # The mask function registered with this one returns None unless the batch has padding.
         return _without_padding(query, key, value, attention_mask, bool(causal), scaling), None
+    if softcap or sinks is not None:
+        out = ops.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(causal),
+                            causal_align="bottom_right", softmax_scale=scaling, window_size=window,
+                            softcap=float(softcap), sinks=sinks)
+        return out, None
     out = ops.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(causal),
-                        causal_align="bottom_right", softmax_scale=scaling)
+                        causal_align="bottom_right", softmax_scale=scaling, window_size=window)
     return out, None
 
 
@@ -115,15 +140,27 @@ _HONOURED: tuple = ()
 _FLASH_MASK = None
 
 
+def _is_sliding_window_causal(fn) -> bool:
+    """Whether `fn` is transformers' sliding-window causal mask, and_masks(sliding_window_overlay(W),
+    causal_mask_function): a closure over exactly those two functions. Its W reaches attention_forward
+    as the layer's sliding_window argument."""
+    causal = _HONOURED[0] if _HONOURED else None  # causal_mask_function (register())
+    parts = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
+    fns = [f for p in parts for f in (p if isinstance(p, tuple) else (p,)) if callable(f)]
+    return (len(fns) == 2 and any(f is causal for f in fns)
+            and any(getattr(f, "__qualname__", "").startswith("sliding_window_overlay.") for f in fns))
+
+
 def mask_function(*args, **kwargs):
     """The attention-mask builder registered beside `attention_forward`. A plain causal or
-    bidirectional mask is served by the kernel's own causal flag (None); a mask that also hides other
-    keys (sliding window, chunks, packed sequences, a model's overlay) is refused here, since it never
-    reaches the kernel as a tensor; padding goes on as a 2-D mask, which `attention_forward` refuses."""
+    bidirectional mask is served by the kernel's own causal flag (None), a sliding-window causal mask
+    by its window (the layer passes its size to `attention_forward`); a mask that hides other keys
+    (chunks, packed sequences, a model's overlay) is refused here, since it never reaches the kernel
+    as a tensor; padding goes on as a 2-D mask (`attention_forward` serves it without a window)."""
     fn = kwargs.get("mask_function")
-    if fn is not None and not any(fn is h for h in _HONOURED):
-        raise _refuse(f"this model's attention mask ({getattr(fn, '__name__', fn)}: a sliding window, chunked "
-                      "attention, packed sequences or another overlay on the causal mask)")
+    if fn is not None and not any(fn is h for h in _HONOURED) and not _is_sliding_window_causal(fn):
+        raise _refuse(f"this model's attention mask ({getattr(fn, '__name__', fn)}: chunked attention, packed "
+                      "sequences or another overlay on the causal mask)")
     return _FLASH_MASK(*args, **kwargs)
 
 

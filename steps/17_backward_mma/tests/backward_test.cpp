@@ -2,13 +2,15 @@
 // inputs, the forward run by the step itself (its O and LSE are what the backward reads), a random
 // dO, and dQ, dK, dV poisoned (NaN) with guard regions around them. Shapes: ragged N, N_q != N_kv,
 // GQA (dK and dV summed over a group), causal in both alignments, bottom-right with N_q > N_kv
-// (rows that see no key: zero gradients, no NaN), both head dims. And the backward's refusals.
+// (rows that see no key: zero gradients, no NaN), both head dims; sliding windows where the step
+// takes them. And the backward's refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fa/registry.h"
@@ -25,6 +27,7 @@ using bf16 = __nv_bfloat16;
 
 struct Gradients {
   GuardedBuffer<bf16> d_o, dq, dk, dv;
+  GuardedBuffer<float> dsinks;  // H_q floats, with sinks
   DeviceBuffer<unsigned char> workspace;
   BackwardParams bp;
   std::vector<float> host_do;  // (B, H_q, N_q, D) contiguous, the bf16 values as floats
@@ -54,6 +57,10 @@ Gradients make_gradients(const AttentionProblem& prob, unsigned seed) {
   g.workspace.poison();
   g.bp = contiguous_backward_params(p, g.d_o.get(), g.dq.get(), g.dk.get(), g.dv.get(), g.workspace.get(),
                                     g.workspace.bytes());
+  if (p.sinks) {
+    g.dsinks = GuardedBuffer<float>(size_t(p.heads_q));
+    g.bp.dsinks = g.dsinks.get();
+  }
   return g;
 }
 
@@ -102,16 +109,27 @@ void check_backward_mode(const ProblemShape& shape, bool deterministic) {
   AttentionParams ref_p = prob.params();
   ref_p.o_stride = bhnd_strides(ref_p.heads_q, ref_p.seqlen_q, ref_p.head_dim);
   const std::vector<float> q = prob.host_q(), k = prob.host_k(), v = prob.host_v();
-  const ReferenceGradients ref = cpu_reference_backward(ref_p, q.data(), k.data(), v.data(), g.host_do.data());
+  const ReferenceGradients ref =
+      cpu_reference_backward(ref_p, q.data(), k.data(), v.data(), g.host_do.data(),
+                             ReferenceScoreMods{prob.alibi_slopes_host.data(), prob.sinks_host.data()});
   // bf16 gradients of bf16 inputs: on an H200 every case measured 2.2e-3 to 2.9e-3 (the bf16
   // rounding of the stored gradients), so 1e-2 leaves 3.5× headroom.
   constexpr double kLimit = 1e-2;
   expect_close(as_float(g.dq), ref.dq, "dq", where, kLimit);
   expect_close(as_float(g.dk), ref.dk, "dk", where, kLimit);
   expect_close(as_float(g.dv), ref.dv, "dv", where, kLimit);
+  // The sinks' gradient: a sum over every row of its head of −P_sink·D_i, D_i = dO_i · O_i from the
+  // bf16 O the forward stored (the reference's is exact); the limit is a guess until measured.
+  if (shape.sinks) {
+    ASSERT_EQ(ref.dsinks.size(), size_t(shape.heads_q));
+    expect_close(g.dsinks.download(), ref.dsinks, "dsinks", where, 2e-2);
+  }
   std::string why;
   for (const GuardedBuffer<bf16>* t : {&g.dq, &g.dk, &g.dv})
     EXPECT_TRUE(t->guards_intact(&why)) << where << ": " << why;
+  if (shape.sinks) {
+    EXPECT_TRUE(g.dsinks.guards_intact(&why)) << where << ": dsinks " << why;
+  }
   EXPECT_TRUE(prob.memory_intact(&why)) << where << ": " << why;
 }
 
@@ -168,6 +186,106 @@ TEST(Backward, LongerSequence) {
 TEST(Backward, ManyKeyTilesShareOneQueryTile) {
   FA_REQUIRE_GPU();
   check_backward(shape(1, 2, 2, 16, 8192, 64, false, CausalAlign::top_left, 9));
+}
+
+// A sliding window (flash-attn's window_size): a step whose forward takes one has a backward that
+// takes it too (the production kernels: a Q tile range that ends before the last Q tile, turns that
+// start at a Q tile's first KV tile); any other backward refuses it by name and writes nothing.
+// Windows on both sides under GQA, a causal window in both alignments, and one that leaves whole
+// rows with no key (rows past 310 of 500: zero gradients, no NaN).
+TEST(Backward, SlidingWindow) {
+  FA_REQUIRE_GPU();
+  auto window = [](ProblemShape s, int64_t left, int64_t right) {
+    s.window_left = left;
+    s.window_right = right;
+    return s;
+  };
+  const ProblemShape cases[] = {
+      window(shape(1, 4, 2, 333, 517, 64, false, CausalAlign::top_left, 21), 100, 50),
+      window(shape(1, 2, 2, 517, 333, 128, true, CausalAlign::bottom_right, 22), 31, 7),
+      window(shape(2, 2, 1, 300, 300, 128, true, CausalAlign::top_left, 23), 70, -1),
+      window(shape(1, 2, 2, 500, 300, 64, false, CausalAlign::top_left, 24), 10, 10),
+  };
+  const StepInfo& step = testing::the_step();
+  if (step.caps.sliding_window) {
+    for (const ProblemShape& s : cases) check_backward(s);
+    return;
+  }
+  AttentionProblem prob(cases[0]);
+  Gradients g = make_gradients(prob, 25);
+  const Status st = step.backward(g.bp, nullptr);
+  EXPECT_TRUE(st.unsupported()) << st.message();
+  EXPECT_NE(st.message().find("sliding window"), std::string::npos) << st.message();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  for (const GuardedBuffer<bf16>* t : {&g.dq, &g.dk, &g.dv})
+    for (float x : as_float(*t)) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote a gradient";
+}
+
+// Score modifications (softcap, ALiBi, sinks): a step whose forward and backward take them computes
+// the gradients at the fp64 reference: the cap's derivative in dS (a cap in tanh's bend under a scale
+// far from 1/sqrt(D), and a saturated one), ALiBi per (batch, head) with rows that see no key, sinks'
+// own gradient (rows with only their sink), all three under a causal window; and a backward with
+// sinks refuses a call without dsinks. Any other backward refuses them by name and writes nothing.
+TEST(Backward, ScoreMods) {
+  FA_REQUIRE_GPU();
+  using Alibi = ProblemShape::Alibi;
+  auto mods = [](ProblemShape s, float cap, Alibi alibi, bool sinks, float scale) {
+    s.softcap = cap;
+    s.alibi = alibi;
+    s.sinks = sinks;
+    s.softmax_scale = scale;
+    return s;
+  };
+  ProblemShape hot = shape(1, 2, 2, 300, 300, 128, false, CausalAlign::top_left, 31);
+  hot.input = InputKind::large_logits;
+  ProblemShape all = shape(2, 4, 2, 400, 600, 128, true, CausalAlign::bottom_right, 35);
+  all.window_left = 100;
+  all.window_right = 0;
+  const ProblemShape cases[] = {
+      mods(shape(1, 4, 2, 333, 517, 64, true, CausalAlign::top_left, 30), 5.0f, Alibi::none, false, 0.3f),
+      mods(hot, 30.0f, Alibi::none, false, 0.0f),
+      mods(shape(2, 2, 2, 517, 333, 128, true, CausalAlign::bottom_right, 32), 0.0f, Alibi::per_batch_head, false,
+           0.0f),
+      mods(shape(2, 2, 1, 500, 300, 64, true, CausalAlign::bottom_right, 33), 0.0f, Alibi::none, true, 0.0f),
+      // ALiBi's diagonal (N_kv − N_q) apart from the mask's (none, or top-left), with a cap: the
+      // derivative read back from P adds the bias back.
+      mods(shape(1, 4, 2, 300, 517, 64, false, CausalAlign::top_left, 34), 10.0f, Alibi::per_head, false, 0.0f),
+      mods(shape(1, 2, 2, 517, 300, 128, true, CausalAlign::top_left, 39), 10.0f, Alibi::per_batch_head, false, 0.0f),
+      mods(all, 20.0f, Alibi::per_head, true, 0.2f),
+  };
+  const StepInfo& step = testing::the_step();
+  if (step.caps.softcap && step.caps.alibi && step.caps.sinks) {
+    for (const ProblemShape& s : cases) check_backward(s);
+    // Sinks without their gradient's buffer: refused, nothing written.
+    AttentionProblem prob(cases[3]);  // the sinks case
+    ASSERT_TRUE(step.forward(prob.params(), nullptr).ok());
+    Gradients g = make_gradients(prob, 36);
+    g.bp.dsinks = nullptr;
+    const Status st = step.backward(g.bp, nullptr);
+    EXPECT_TRUE(st.unsupported()) << st.message();
+    EXPECT_NE(st.message().find("dsinks"), std::string::npos) << st.message();
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    for (const GuardedBuffer<bf16>* t : {&g.dq, &g.dk, &g.dv})
+      for (float x : as_float(*t)) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote a gradient";
+    return;
+  }
+  // A step without them: its backward refuses each (the forward's call, with the modification added).
+  AttentionProblem prob(shape(1, 2, 2, 64, 64, 64, false, CausalAlign::top_left, 37));
+  Gradients g = make_gradients(prob, 38);
+  BackwardParams capped = g.bp, alibi = g.bp, sinks = g.bp;
+  capped.fwd.softcap = 30.0f;
+  alibi.fwd.alibi_slopes = static_cast<const float*>(g.bp.fwd.k);  // any device pointer: never read
+  sinks.fwd.sinks = static_cast<const float*>(g.bp.fwd.k);
+  sinks.dsinks = reinterpret_cast<float*>(g.workspace.get());
+  for (const auto& [call, name] :
+       {std::pair{&capped, "softcap"}, std::pair{&alibi, "ALiBi"}, std::pair{&sinks, "sinks"}}) {
+    const Status st = step.backward(*call, nullptr);
+    EXPECT_TRUE(st.unsupported()) << name << ": " << st.message();
+    EXPECT_NE(st.message().find(name), std::string::npos) << st.message();
+  }
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  for (const GuardedBuffer<bf16>* t : {&g.dq, &g.dk, &g.dv})
+    for (float x : as_float(*t)) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote a gradient";
 }
 
 // Refusals: no LSE, a workspace too small, dK overlapping dV; nothing is written.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,7 +40,8 @@ void expect_ragged_matches(ProblemShape s, const std::vector<int32_t>& lengths, 
   std::vector<double> ref_o, ref_lse;
   testing::per_sequence_reference(
       p, prob.host_q(), prob.host_k(), prob.host_v(),
-      [&](int64_t b) { return std::clamp<int64_t>(lengths[size_t(b)], 0, s.seqlen_kv); }, &ref_o, &ref_lse);
+      [&](int64_t b) { return std::clamp<int64_t>(lengths[size_t(b)], 0, s.seqlen_kv); }, &ref_o, &ref_lse,
+      ReferenceScoreMods{prob.alibi_slopes_host.data(), prob.sinks_host.data()});
   DeviceBuffer<int32_t> seqlens(lengths.size());
   seqlens.upload(lengths);
   p.seqlens_kv = seqlens.get();
@@ -62,6 +64,29 @@ TEST(RaggedCache, DecodeEachSequenceItsOwnLength) {
   for (int64_t d : {64, 128})
     for (int splits : {1, 3, 0})
       expect_ragged_matches(shape(5, 8, 2, 1, 1000, d, false), {1000, 1, 0, 513, 64}, splits);
+}
+
+// The score modifications on a ragged cache (the production kernels'): ALiBi's diagonal is each
+// sequence's own length, a row's sink is added once (a sequence of no key: O = 0, LSE = the sink),
+// split or not. A step without them refuses the call, with nothing written.
+TEST(RaggedCache, ScoreModsToEachLength) {
+  FA_REQUIRE_GPU();
+  ProblemShape s = shape(4, 16, 4, 2, 800, 128, true);
+  s.softcap = 20.0f;
+  s.alibi = ProblemShape::Alibi::per_batch_head;
+  s.sinks = true;
+  const Capabilities& caps = testing::the_step().caps;
+  if (caps.softcap && caps.alibi && caps.sinks) {
+    for (int splits : {1, 4}) expect_ragged_matches(s, {2, 100, 0, 777}, splits);
+    return;
+  }
+  s.with_lse = caps.lse;
+  AttentionProblem prob(s);
+  const Status st = testing::the_step().forward(prob.params(), nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_FALSE(st.ok()) << "a step without softcap, ALiBi or sinks took them";
+  EXPECT_NE(st.message().find("softcap"), std::string::npos) << st.message();
+  for (float x : prob.output_bhnd()) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote O";
 }
 
 TEST(RaggedCache, SpeculativeRowsBottomRightToEachLength) {

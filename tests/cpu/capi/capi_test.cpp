@@ -247,6 +247,43 @@ TEST(CApi, WindowFieldsReachValidation) {
   EXPECT_EQ(fa_validate(100, &q, err, sizeof err), FA_ERROR_INVALID);
 }
 
+// The score modifications' fields (version 9) reach validation: the production kernels take them
+// (with a decode call's lengths too), a step without them refuses each by name, and the fields' own
+// rules (a cap that is not positive and finite, a slope stride without slopes, or one below H_q).
+TEST(CApi, ScoreModFieldsReachValidation) {
+  char err[256] = {};
+  fa_attention_params p = valid_params();
+  p.softcap = 30.0;
+  p.alibi_slopes = static_cast<const float*>(stand_in(10));
+  p.sinks = static_cast<const float*>(stand_in(11));
+  EXPECT_EQ(fa_validate(100, &p, err, sizeof err), FA_OK) << err;
+  EXPECT_EQ(fa_validate(32, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("has no softcap"), std::string::npos) << err;
+  p.softcap = 0.0;
+  EXPECT_EQ(fa_validate(32, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("has no ALiBi"), std::string::npos) << err;
+  p.alibi_slopes = nullptr;
+  EXPECT_EQ(fa_validate(32, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("has no attention sinks"), std::string::npos) << err;
+  p.seqlens_kv = static_cast<const int32_t*>(stand_in(9));  // a decode call: the decode kernel's
+  p.seqlen_q = 1;
+  EXPECT_EQ(fa_validate(100, &p, err, sizeof err), FA_OK) << err;
+  fa_attention_params q = valid_params();
+  q.softcap = -1.0;
+  EXPECT_EQ(fa_validate(100, &q, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("softcap must be 0 (off) or positive and finite"), std::string::npos) << err;
+  q.softcap = 1e-60;  // rounds to 0 in fp32: not silently "no cap"
+  EXPECT_EQ(fa_validate(100, &q, err, sizeof err), FA_ERROR_INVALID);
+  EXPECT_NE(std::string(err).find("rounds to 0"), std::string::npos) << err;
+  q.softcap = 0.0;
+  q.alibi_slopes_stride_batch = 4;  // a stride without slopes
+  EXPECT_EQ(fa_validate(100, &q, err, sizeof err), FA_ERROR_INVALID);
+  q.alibi_slopes = static_cast<const float*>(stand_in(10));
+  q.alibi_slopes_stride_batch = 1;  // below H_q
+  EXPECT_EQ(fa_validate(100, &q, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("alibi_slopes_stride_batch must be 0"), std::string::npos) << err;
+}
+
 TEST(CApi, UnsupportedHeadDimIsRefusedWithWhatIsSupported) {
   fa_attention_params p = valid_params(96);
   for (int t = 0; t < 4; ++t) EXPECT_EQ(p.strides[t][FA_AXIS_SEQ], 96);
@@ -385,7 +422,7 @@ TEST(CApi, EveryStepRefusesAnOutputWhoseRowsOverlap) {
 // is invalid; version 5's is taken without the varlen fields, version 6's without the append's; a
 // larger struct (a later version's) is taken when the fields this library does not know are zero.
 TEST(CApi, StructSizeComesFirstAndGuardsTheLayout) {
-  EXPECT_EQ(FA_C_API_VERSION, 8);
+  EXPECT_EQ(FA_C_API_VERSION, 9);
   EXPECT_EQ(offsetof(fa_attention_params, struct_size), 0u);
   char err[256] = {};
   fa_attention_params p = valid_params();
@@ -417,6 +454,13 @@ TEST(CApi, StructSizeComesFirstAndGuardsTheLayout) {
                 sizeof v7 - offsetof(fa_attention_params, has_window));
     v7.struct_size = offsetof(fa_attention_params, has_window);
     EXPECT_EQ(fa_validate(first_step_number(), &v7, err, sizeof err), FA_OK) << err;
+  }
+  {  // version 8's ends before the score modifications: none, whatever the bytes past it hold
+    fa_attention_params v8 = valid_params();
+    std::memset(reinterpret_cast<char*>(&v8) + offsetof(fa_attention_params, softcap), 0xAB,
+                sizeof v8 - offsetof(fa_attention_params, softcap));
+    v8.struct_size = offsetof(fa_attention_params, softcap);
+    EXPECT_EQ(fa_validate(first_step_number(), &v8, err, sizeof err), FA_OK) << err;
   }
   struct Later {
     fa_attention_params p;
