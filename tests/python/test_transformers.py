@@ -289,7 +289,7 @@ def _within_eagers_own_error(config, seed):
         assert g_ours is not None and torch.isfinite(g_ours).all(), n
         if n.endswith("router.bias"):
             # With every expert chosen (2 of 2) the router bias's gradient is a difference of two
-            # near-equal sums (±0.016 at commit e709c56): its relative error is noise for any bf16
+            # near-equal sums (±0.016 in run S): its relative error is noise for any bf16
             # implementation (bf16 eager's 0.63 in one layer, 0.004 in the other). Judged by its
             # absolute error instead, against bf16 eager's or 1e-3.
             assert worst(g_ours, g_exact) <= 2 * max(worst(g_bf16, g_exact), 1e-3), \
