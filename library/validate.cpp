@@ -302,6 +302,12 @@ Status check_window(const AttentionParams& p, const Capabilities& caps) {
 Status check_score_mods(const AttentionParams& p, const Capabilities& caps) {
   if (!(p.softcap >= 0.0f) || !std::isfinite(p.softcap))
     return fail("softcap must be 0 (off) or positive and finite (got " + std::to_string(p.softcap) + ")");
+  // The kernels' tanh (1 − 2/(e^2x + 1)) errs by about 1e-7 absolute, so the capped score by about
+  // 1e-7·softcap: 1e-3 at the limit, below a bf16 logit's rounding. Past it the error grows with
+  // the cap (every score 0 by 1e9), and a cap that large changes no score a softmax could see.
+  if (p.softcap > kMaxSoftcap)
+    return fail("softcap must be at most " + std::to_string(int(kMaxSoftcap)) + " (got " + std::to_string(p.softcap) +
+                "): a cap that large changes no score by more than bf16's rounding; pass 0 for no cap");
   if (p.softcap > 0.0f && !caps.softcap)
     return fail("this step has no softcap: softcap must be 0 (got " + std::to_string(p.softcap) + ")");
   if (p.alibi_slopes) {

@@ -90,7 +90,7 @@ struct AttentionParams {
   /// Score modifications (Part VI), applied in this order to each scaled score s = scale·q·k of a
   /// visible (query i, key j):
   ///   softcap   (Gemma 2, flash-attn's `softcap`): s ← softcap·tanh(s / softcap); 0 (the
-  ///             default) leaves s as it is.
+  ///             default) leaves s as it is; at most kMaxSoftcap.
   ///   ALiBi     (flash-attn's `alibi_slopes`): s ← s − slope·|i + N_kv − N_q − j|, with fp32 slopes
   ///             in device memory, slope = alibi_slopes[b·alibi_slopes_stride_batch + h] (stride 0:
   ///             one per query head, flash-attn's (H,); H_q: one per (batch, head), its (B, H)).
@@ -251,6 +251,10 @@ inline size_t backward_workspace_bytes(const AttentionParams& p) {
 
 /// @brief The most KV splits a forward call takes (AttentionParams::num_splits).
 constexpr int kMaxKvSplits = 64;
+
+/// @brief The largest softcap a call may ask for (AttentionParams::softcap): the kernels' tanh is exact to
+/// about 1e-7 absolute, so a capped score to about 1e-7·softcap, 1e-3 here.
+constexpr float kMaxSoftcap = 10000.0f;
 
 /// @brief The split-KV forward's workspace: S partial outputs, fp32 (S, B, H_q, N_q, D), each
 /// normalised over its own range of keys, then their LSEs, fp32 (S, B, H_q, N_q) (−inf for a range

@@ -55,6 +55,11 @@ TEST(ValidateScoreMods, MalformedOnesAreRefusedByEveryStep) {
     p.softcap = cap;
     expect_refused(p, true, "softcap must be 0 (off) or positive and finite");
   }
+  for (const float cap : {kMaxSoftcap * 1.001f, 1e9f, 3e38f}) {  // tanh's absolute error times the cap
+    AttentionParams p = call();
+    p.softcap = cap;
+    expect_refused(p, true, "softcap must be at most 10000");
+  }
   AttentionParams p = call();
   p.alibi_slopes = static_cast<const float*>(stand_in(20));
   p.alibi_slopes_stride_batch = 3;  // neither 0 nor >= H_q = 8
@@ -78,6 +83,8 @@ TEST(ValidateScoreMods, WellFormedOnesReachAStepThatTakesThem) {
   p.sinks = static_cast<const float*>(stand_in(21));
   expect_accepted(p);
   p.alibi_slopes_stride_batch = 0;
+  expect_accepted(p);
+  p.softcap = kMaxSoftcap;
   expect_accepted(p);
 }
 
