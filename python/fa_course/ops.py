@@ -56,22 +56,24 @@ def _check_mods(q, softcap, alibi_slopes, sinks, batch_heads=None):
     return float(softcap), alibi_slopes, sinks
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, paged: bool = False) -> None:
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, paged: bool = False, fn: str = "attention") -> None:
     """What the C interface cannot see: tensor kinds. Shapes and strides are the library's to judge.
-    paged: k and v are pools of pages, (num_pages, page_size, H_kv, D), whose first size is not B."""
+    paged: k and v are pools of pages, (num_pages, page_size, H_kv, D), whose first size is not B.
+    fn: the function the caller called, for the messages."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
-            raise ValueError(f"fa_course.attention: {name} must be 4-D (B, N, H, D), got shape {tuple(t.shape)}")
+            raise ValueError(f"fa_course.{fn}: {name} must be 4-D (B, N, H, D), got shape {tuple(t.shape)}")
         if not t.is_cuda:
-            raise ValueError(f"fa_course.attention: {name} must be a CUDA tensor, got device {t.device}")
+            raise ValueError(f"fa_course.{fn}: {name} must be a CUDA tensor, got device {t.device}")
         if t.dtype != torch.bfloat16:
-            raise ValueError(f"fa_course.attention: {name} must be bfloat16, got {t.dtype}")
+            raise ValueError(f"fa_course.{fn}: {name} must be bfloat16 (the course's kernels take bf16 only so "
+                             f"far: cast with .to(torch.bfloat16)), got {t.dtype}")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"fa_course.attention: q, k, v on different devices ({q.device}, {k.device}, {v.device})")
+        raise ValueError(f"fa_course.{fn}: q, k, v on different devices ({q.device}, {k.device}, {v.device})")
     if k.shape != v.shape:
-        raise ValueError(f"fa_course.attention: k and v differ in shape: {tuple(k.shape)} vs {tuple(v.shape)}")
+        raise ValueError(f"fa_course.{fn}: k and v differ in shape: {tuple(k.shape)} vs {tuple(v.shape)}")
     if (not paged and q.shape[0] != k.shape[0]) or q.shape[3] != k.shape[3]:
-        raise ValueError(f"fa_course.attention: q {tuple(q.shape)} and k {tuple(k.shape)} differ in B or D")
+        raise ValueError(f"fa_course.{fn}: q {tuple(q.shape)} and k {tuple(k.shape)} differ in B or D")
 
 
 def _stream(device: int) -> int:
@@ -159,7 +161,7 @@ forward = torch.ops.fa_course.forward.default
 # whenever an input requires grad, returned to the caller or not. The op's LSE output carries no
 # gradient (marked non-differentiable): the library's backward takes dO alone. An LSE that
 # `attention` returns to its caller goes through `returned_lse`, whose backward refuses, so that a
-# loss that uses it fails instead of silently losing that part of its gradient.
+# loss that uses it fails instead of silently losing that part of its gradient (the sinks' too).
 LSE_GRADIENT_REFUSED = (
     "fa_course.attention: gradients through the returned LSE are not supported (the library's backward takes "
     "dL/dO only), so this loss would get a wrong gradient for q and k. Use lse.detach() where the LSE needs no "
@@ -304,7 +306,8 @@ torch.library.register_autograd("fa_course::forward", _backward, setup_context=_
 
 
 # The LSE as `attention` returns it while a gradient may follow: a copy whose backward refuses. It
-# takes q, k and v so that its output requires grad whenever one of them does. (An op returns no
+# takes q, k and v so that its output requires grad whenever one of them does (the sinks in their
+# place when they alone require it). (An op returns no
 # view of its input, hence the copy: B·H_q·N_q floats.)
 def _returned_lse(lse, q, k, v):
     return lse.clone()
@@ -392,7 +395,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                          -1 if step is None else int(step), bool(deterministic), window[0], window[1])
     if not return_lse:
         return o
-    return o, (torch.ops.fa_course.returned_lse.default(lse, q, k, v) if grad else lse)
+    if grad:
+        return o, torch.ops.fa_course.returned_lse.default(lse, q, k, v)
+    if sinks is not None and torch.is_grad_enabled() and sinks.requires_grad:  # the sinks' alone
+        return o, torch.ops.fa_course.returned_lse.default(lse, sinks, sinks, sinks)
+    return o, lse
 
 
 def _picked(q, k, v, causal, causal_align, return_lse, what):
@@ -487,13 +494,14 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                         ("a paged KV cache with varlen (block_table)", block_table is not None)):
         if given:
             raise _unsupported(name, fn)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, learnable_sink)):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                       for t in (q, k, v, learnable_sink, alibi_slopes)):
         raise NotImplementedError(f"fa_course.{fn}: the varlen backward is not built yet; call it under "
                                   "torch.no_grad() (inference), or with inputs that need no gradient")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 3 or not t.is_cuda or t.dtype != torch.bfloat16 or t.device != q.device:
-            raise ValueError(f"fa_course.{fn}: {name} must be a 3-D (total, H, D) bfloat16 tensor on {q.device}, "
-                             f"got {t.dtype} {tuple(t.shape)} on {t.device}")
+            raise ValueError(f"fa_course.{fn}: {name} must be a 3-D (total, H, D) bfloat16 CUDA tensor, q, k and v "
+                             f"on one GPU; got {t.dtype} {tuple(t.shape)} on {t.device} (q on {q.device})")
     if k.shape != v.shape or q.shape[2] != k.shape[2]:
         raise ValueError(f"fa_course.{fn}: k and v must have one shape and q its head dim; got q "
                          f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
@@ -564,7 +572,8 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     tokens are written into the caches at rows cache_seqlens[b] .. + N_new (in place, by the same
     library call, before its attention reads them), and attention sees them too; cache_seqlens is
     not changed (the caller advances it, as in flash-attn). `causal` is aligned bottom-right to each sequence's length. Inference
-    only (no gradient), bf16, on the library's decode kernel: at most 64 query rows per KV head
+    only (a call autograd would record, an input requiring grad with grad mode on, raises NotImplementedError
+    rather than return an output without a gradient), bf16, on the library's decode kernel: at most 64 query rows per KV head
     (N_q·H_q/H_kv), head dim 64 or 128; its split workspace comes from PyTorch's allocator
     (num_splits: 0 lets the library choose). Returns out, or (out, softmax_lse) with
     return_softmax_lse=True (fp32, (B, H_q, N_q)).
@@ -585,11 +594,13 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                         (f"a sliding window (window_size={tuple(window_size)})", tuple(window_size) != (-1, -1))):
         if given:
             raise _unsupported(name, fn)
-    if learnable_sink is not None and torch.is_grad_enabled() and learnable_sink.requires_grad:
-        raise NotImplementedError(f"fa_course.{fn}: inference only: learnable_sink gets no gradient here; call it "
-                                  "under torch.no_grad(), or pass learnable_sink.detach()")
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                       for t in (q, k, v, k_cache, v_cache, learnable_sink, alibi_slopes)):
+        # flash-attn's returns an output without a gradient here; a training loss would silently lose it.
+        raise NotImplementedError(f"fa_course.{fn}: inference only (no backward for a KV cache call); call it "
+                                  "under torch.no_grad(), or with inputs that need no gradient")
     paged = block_table is not None
-    _check(q, k_cache, v_cache, paged)
+    _check(q, k_cache, v_cache, paged, fn)
     mods = _check_mods(q, softcap, alibi_slopes.float().contiguous() if alibi_slopes is not None else None,
                        learnable_sink.detach().float().contiguous() if learnable_sink is not None else None)
     b, capacity = k_cache.shape[0], k_cache.shape[1]

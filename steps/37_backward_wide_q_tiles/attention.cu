@@ -523,8 +523,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   __syncthreads();  // the last block-wide barrier: from here on the roles meet on mbarriers only
 
   // ---- the producer: its first warp loads K and V once, then every item's Q, dO (the copy engine,
-  // issued by lane 0) and LSE and D (128 floats, four per lane: rows not 16-byte aligned, which a
-  // bulk copy needs), each item as soon as its stage is free.
+  // issued by lane 0) and LSE and D (BLOCK_M floats each, BLOCK_M / 32 per lane: rows not 16-byte
+  // aligned, which a bulk copy needs), each item as soon as its stage is free.
   if (role == 0) {
     ptx::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (warp > 1 || items == 0) return;  // no item: no load, and nothing in flight at the exit

@@ -887,6 +887,39 @@ def test_score_mods_refusals():
         fa_course.attention(q, k, v, softcap=-1.0)
     with pytest.raises(fa_course.UnsupportedInputError, match="has no softcap"):
         fa_course.attention(q, k, v, softcap=30.0, step=16)
+    # A cap past the kernels' tanh precision (about 1e-7·softcap): the uniform average at 1e9.
+    with pytest.raises(fa_course.UnsupportedInputError, match="softcap must be at most 10000"):
+        fa_course.attention(q, k, v, softcap=1e9)
+
+
+def test_no_gradient_is_lost_silently():
+    """Each call that autograd would record but that has no backward for something refuses, rather than
+    return an output without that gradient: the LSE of a call whose sinks alone require grad (its
+    backward refuses, as for q, k, v), slopes that require grad in varlen, a KV-cache call whose inputs
+    require grad."""
+    q, k, v = inputs(1, 64, 64, 2, 2, 64, seed=47)
+    sinks = torch.zeros(2, device=DEV, requires_grad=True)
+    out, lse = fa_course.attention(q, k, v, sinks=sinks, return_lse=True)
+    assert lse.requires_grad
+    with pytest.raises(NotImplementedError, match="gradients through the returned LSE"):
+        (out.float().sum() + lse.sum()).backward()
+    slopes = torch.ones(2, device=DEV, requires_grad=True)
+    packed = q[0]
+    cu = torch.tensor([0, 64], dtype=torch.int32, device=DEV)
+    with pytest.raises(NotImplementedError, match="varlen backward is not built yet"):
+        fa_course.flash_attn_varlen_func(packed, packed, packed, cu, cu, 64, 64, alibi_slopes=slopes)
+    with pytest.raises(NotImplementedError, match="inference only"):
+        fa_course.flash_attn_with_kvcache(q.clone().requires_grad_(), k, v, cache_seqlens=64)
+
+
+def test_kind_errors_name_the_call_and_the_fix():
+    """A CPU tensor or an fp16 one gets a message that names the function called and what it needs."""
+    q, k, v = inputs(1, 64, 64, 2, 2, 64, seed=48)
+    with pytest.raises(ValueError, match=r"flash_attn_with_kvcache: q must be bfloat16 .*\.to\(torch\.bfloat16\)"):
+        fa_course.flash_attn_with_kvcache(q.half(), k, v, cache_seqlens=64)
+    cu = torch.tensor([0, 64], dtype=torch.int32)
+    with pytest.raises(ValueError, match="flash_attn_varlen_func: q must be a 3-D .* CUDA tensor"):
+        fa_course.flash_attn_varlen_func(q[0].cpu(), k[0].cpu(), v[0].cpu(), cu, cu, 64, 64)
 
 
 @pytest.mark.parametrize("n_new,num_splits", [(1, 0), (3, 1), (1, 4)])

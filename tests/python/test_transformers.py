@@ -204,6 +204,11 @@ def test_refusals_say_why():
         model(NAME, config=drop).train()(x)
     with pytest.raises(ValueError, match="padding mask with a sliding window"):
         model(NAME, config=WINDOW_CONFIG, state=_WINDOW_STATE)(x, attention_mask=padded)
+    # Documents packed in one row (padding-free training's position_ids) with a cache in play, where
+    # transformers' mask builder does not look for packing: refused, never attended across.
+    docs = torch.cat((torch.arange(40), torch.arange(24))).to(DEV)[None]
+    with pytest.raises(ValueError, match="packed sequences"):
+        m(x[:1], position_ids=docs, use_cache=True)
 
 
 # A Mistral-shaped model with a sliding window of 16 tokens (transformers: a token sees itself and

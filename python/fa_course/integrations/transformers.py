@@ -54,6 +54,11 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         if kwargs.get(name) is not None and kwargs[name] not in neutral:
             raise _refuse(f"{name}={kwargs[name]!r}")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    position_ids = kwargs.get("position_ids")
+    if (attention_mask is None and position_ids is not None and query.shape[0] == 1 and query.shape[2] > 1
+            and not torch.compiler.is_compiling() and _packed(position_ids)):
+        raise _refuse("packed sequences (position_ids that restart within the row: several documents in one "
+                      "row, as padding-free training passes them); attending across them would mix documents")
     # Score modifications: Gemma 2's logit softcapping (softcap), gpt-oss's sinks (s_aux; a learnable
     # logit per head, trained through the course's backward).
     softcap = kwargs.get("softcap") or 0.0
@@ -84,6 +89,14 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     out = ops.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(causal),
                         causal_align="bottom_right", softmax_scale=scaling, window_size=window)
     return out, None
+
+
+def _packed(position_ids: torch.Tensor) -> bool:
+    """Whether one row's positions restart (packed documents): transformers' mask builder looks for
+    them only without a cache, and a model with use_cache on builds one in training too. One
+    synchronisation, on prefill calls of batch 1 only (not checked inside torch.compile)."""
+    pos = position_ids.reshape(-1)
+    return bool((pos[1:] - pos[:-1] != 1).any())
 
 
 def _without_padding(query, key, value, mask, causal, scaling):
