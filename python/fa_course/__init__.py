@@ -21,7 +21,7 @@ try:
 except PackageNotFoundError:  # run from the source tree, not installed
     __version__ = "0+source"
 
-__all__ = ["attention", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "pick_step", "describe", "steps", "Step", "AttentionError", "InvalidCallError", "UnsupportedInputError"]
+__all__ = ["attention", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "pick_step", "describe", "steps", "Step", "AttentionError", "InvalidCallError", "UnsupportedInputError"]
 
 
 def steps() -> list:
@@ -38,5 +38,9 @@ except ImportError:  # the torch-free layer still works
         raise ImportError("fa_course.attention needs PyTorch (pip install torch)")
 
     pick_step = describe = flash_attn_func = flash_attn_varlen_func = flash_attn_with_kvcache = attention
+    flash_attn_qkvpacked_func = flash_attn_kvpacked_func = attention
+    flash_attn_varlen_qkvpacked_func = flash_attn_varlen_kvpacked_func = attention
 else:
-    from .ops import attention, describe, flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, pick_step
+    from .ops import (attention, describe, flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                      flash_attn_varlen_func, flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func,
+                      flash_attn_with_kvcache, pick_step)

@@ -555,6 +555,67 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     return (o, lse) if return_lse else o
 
 
+def _unstack(t: torch.Tensor, count: int, dims: int, fn: str, what: str):
+    """flash-attn's packed tensors: `count` tensors stacked on the dim before the heads, views of `t`
+    (so the gradients of the pieces reach it through unbind)."""
+    if t.dim() != dims or t.shape[-3] != count:
+        raise ValueError(f"fa_course.{fn}: {what}, got shape {tuple(t.shape)}")
+    return t.unbind(-3)
+
+
+def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                              causal: bool = False, window_size=(-1, -1), softcap: float = 0.0,
+                              alibi_slopes: Optional[torch.Tensor] = None, deterministic: bool = False,
+                              return_attn_probs: bool = False, *, return_lse: bool = False,
+                              learnable_sink: Optional[torch.Tensor] = None):
+    """flash-attn's `flash_attn_qkvpacked_func`: qkv (B, N, 3, H, D), q, k and v stacked (one head
+    count); flash_attn_func on its three views, whose gradients reach qkv."""
+    q, k, v = _unstack(qkv, 3, 5, "flash_attn_qkvpacked_func", "qkv must be (B, N, 3, H, D)")
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                           deterministic, return_attn_probs, return_lse=return_lse, learnable_sink=learnable_sink)
+
+
+def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = 0.0,
+                             softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
+                             softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
+                             deterministic: bool = False, return_attn_probs: bool = False, *, return_lse: bool = False,
+                             learnable_sink: Optional[torch.Tensor] = None):
+    """flash-attn's `flash_attn_kvpacked_func`: q (B, N_q, H_q, D), kv (B, N_kv, 2, H_kv, D), k and v
+    stacked; flash_attn_func on q and kv's two views, whose gradients reach kv."""
+    k, v = _unstack(kv, 2, 5, "flash_attn_kvpacked_func", "kv must be (B, N_kv, 2, H_kv, D)")
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                           deterministic, return_attn_probs, return_lse=return_lse, learnable_sink=learnable_sink)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
+                                     dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                                     causal: bool = False, window_size=(-1, -1), softcap: float = 0.0,
+                                     alibi_slopes: Optional[torch.Tensor] = None, deterministic: bool = False,
+                                     return_attn_probs: bool = False, *, return_lse: bool = False,
+                                     learnable_sink: Optional[torch.Tensor] = None):
+    """flash-attn's `flash_attn_varlen_qkvpacked_func`: qkv (total, 3, H, D), one cu_seqlens and
+    max_seqlen for queries and keys; flash_attn_varlen_func on its three views (inference only, as it)."""
+    q, k, v = _unstack(qkv, 3, 4, "flash_attn_varlen_qkvpacked_func", "qkv must be (total, 3, H, D)")
+    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, softmax_scale,
+                                  causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+                                  return_lse=return_lse, learnable_sink=learnable_sink)
+
+
+def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                                    dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                                    causal: bool = False, window_size=(-1, -1), softcap: float = 0.0,
+                                    alibi_slopes: Optional[torch.Tensor] = None, deterministic: bool = False,
+                                    return_attn_probs: bool = False, *, return_lse: bool = False,
+                                    learnable_sink: Optional[torch.Tensor] = None):
+    """flash-attn's `flash_attn_varlen_kvpacked_func`: q (total_q, H_q, D), kv (total_k, 2, H_kv, D);
+    flash_attn_varlen_func on q and kv's two views (inference only, as it)."""
+    k, v = _unstack(kv, 2, 4, "flash_attn_varlen_kvpacked_func", "kv must be (total_k, 2, H_kv, D)")
+    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                  softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs, return_lse=return_lse, learnable_sink=learnable_sink)
+
+
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None, rotary_cos=None,
                             rotary_sin=None, cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,

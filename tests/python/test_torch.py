@@ -345,6 +345,67 @@ def test_flash_attn_varlen_func_attends_within_each_sequence(causal):
         qa, ka = qa + nq, ka + nk
 
 
+@pytest.mark.parametrize("per_batch_slopes", [False, True])
+def test_flash_attn_varlen_func_with_score_mods(per_batch_slopes):
+    """softcap, alibi_slopes ((H_q,) or (B, H_q): bottom-right to each sequence's own lengths) and
+    learnable_sink on packed sequences: each sequence against fp64 math attention over its own keys,
+    N_q != N_kv both ways, a sequence of one query, one with no key (O = 0: the sink takes the row), and
+    a long one (the call the Hopper kernel would take without the modifications)."""
+    q_len, k_len, h_q, h_kv, d = [5, 1, 130, 64, 1000], [5, 300, 130, 0, 1200], 8, 2, 128
+    b = len(q_len)
+    g = torch.Generator(device=DEV).manual_seed(62)
+    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
+    q, k, v = rnd(sum(q_len), h_q, d), rnd(sum(k_len), h_kv, d), rnd(sum(k_len), h_kv, d)
+    cu = lambda lengths: torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device=DEV)
+    slopes = torch.tensor([2.0 ** (-8.0 * (x + 1) / h_q) for x in range(h_q)], device=DEV)
+    if per_batch_slopes:
+        slopes = slopes[None] * torch.linspace(0.5, 2.0, b, device=DEV)[:, None]
+    sinks = torch.randn(h_q, device=DEV, generator=g) + 3.0
+    with torch.no_grad():
+        out = fa_course.flash_attn_varlen_func(q, k, v, cu(q_len), cu(k_len), max(q_len), max(k_len), causal=True,
+                                               softcap=20.0, alibi_slopes=slopes, learnable_sink=sinks)
+    qa = ka = 0
+    for i, (nq, nk) in enumerate(zip(q_len, k_len)):
+        if nk == 0:
+            assert torch.equal(out[qa:qa + nq], torch.zeros_like(out[qa:qa + nq])), "a row with no key: O = 0"
+        else:
+            ref = math_attention(q[None, qa:qa + nq].double(), k[None, ka:ka + nk].double(),
+                                 v[None, ka:ka + nk].double(), causal=True, causal_align="bottom_right", softcap=20.0,
+                                 alibi_slopes=slopes[i] if per_batch_slopes else slopes, sinks=sinks)
+            close(out[None, qa:qa + nq], ref)
+        qa, ka = qa + nq, ka + nk
+
+
+def test_packed_calls_are_the_unpacked_ones():
+    """flash-attn's qkv- and kv-packed calls: the calls on the separate tensors (their views, strided
+    by the stacking), outputs and gradients; the packed tensor's gradient the three (two) stacked."""
+    q, k, v = inputs(2, 100, 100, 4, 4, 64, seed=63)
+    do = torch.randn_like(q)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    ref = fa_course.flash_attn_func(*leaves, causal=True)
+    ref.backward(do)
+    qkv = torch.stack((q, k, v), 2).requires_grad_()
+    out = fa_course.flash_attn_qkvpacked_func(qkv, causal=True)
+    out.backward(do)
+    close(out, ref)
+    close(qkv.grad, torch.stack([t.grad for t in leaves], 2))
+    kv = torch.stack((k, v), 2).requires_grad_()
+    q2 = q.detach().clone().requires_grad_()
+    out = fa_course.flash_attn_kvpacked_func(q2, kv, causal=True)
+    out.backward(do)
+    close(out, ref)
+    close(q2.grad, leaves[0].grad)
+    close(kv.grad, torch.stack([t.grad for t in leaves[1:]], 2))
+    cu = torch.tensor([0, 37, 100], dtype=torch.int32, device=DEV)
+    with torch.no_grad():
+        flat = torch.stack((q[0], k[0], v[0]), 1)  # (total, 3, H, D)
+        unpacked = fa_course.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 63, 63, causal=True)
+        close(fa_course.flash_attn_varlen_qkvpacked_func(flat, cu, 63, causal=True), unpacked)
+        close(fa_course.flash_attn_varlen_kvpacked_func(q[0], flat[:, 1:], cu, cu, 63, 63, causal=True), unpacked)
+    with pytest.raises(ValueError, match=r"qkv must be \(B, N, 3, H, D\)"):
+        fa_course.flash_attn_qkvpacked_func(q)
+
+
 def test_flash_attn_varlen_func_refuses_what_it_cannot_do():
     q = torch.zeros(10, 4, 64, dtype=torch.bfloat16, device=DEV)
     cu = torch.tensor([0, 4, 10], dtype=torch.int32, device=DEV)
