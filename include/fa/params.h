@@ -98,7 +98,8 @@ struct AttentionParams {
   /// and then the softmax of row i runs over its visible keys and, with `sinks`, one more logit:
   ///   sinks     (gpt-oss): sinks[h] fp32 in device memory, a term e^(sinks[h]) in the row's
   ///             denominator (and in its LSE) that adds nothing to O; a row that sees no key then
-  ///             has O = 0 and LSE = sinks[h].
+  ///             has O = 0 and LSE = sinks[h]. Finite: +inf makes every row NaN (device memory is
+  ///             not checked: that would cost a synchronisation).
   /// Only steps whose Capabilities say so (its softcap, alibi and sinks flags) accept them.
   float softcap = 0.0f;
   const float* alibi_slopes = nullptr;    ///< see softcap; nullptr: no ALiBi

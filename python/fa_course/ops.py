@@ -31,7 +31,7 @@ def _params(q, k, v, o, lse, causal, bottom_right, softmax_scale, window=(-1, -1
     if mods is not None:
         softcap, alibi, sinks = mods
         extra = dict(softcap=softcap, alibi_slopes=alibi.data_ptr() if alibi is not None else 0,
-                     alibi_slopes_stride_batch=alibi.stride(0) if alibi is not None and alibi.dim() == 2 else 0,
+                     alibi_slopes_stride_batch=_alibi_stride(alibi),
                      sinks=sinks.data_ptr() if sinks is not None else 0)
     return _capi.make_params(
         q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr() if lse is not None else 0,
@@ -54,6 +54,12 @@ def _check_mods(q, softcap, alibi_slopes, sinks, batch_heads=None):
                              f"{' or '.join(str(x) for x in shapes)} on {q.device}, got {t.dtype} "
                              f"{tuple(t.shape)} on {t.device}")
     return float(softcap), alibi_slopes, sinks
+
+
+def _alibi_stride(alibi) -> int:
+    """The C interface's alibi_slopes_stride_batch of _check_mods' contiguous slopes: H_q for (B, H_q)
+    with B > 1, else 0 (one per head; a (1, H_q) tensor's first stride may be anything)."""
+    return alibi.shape[1] if alibi is not None and alibi.dim() == 2 and alibi.shape[0] > 1 else 0
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, paged: bool = False, fn: str = "attention") -> None:
@@ -541,7 +547,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     if mods is not None:
         p.softcap, p.sinks = mods[0], mods[2].data_ptr() if mods[2] is not None else None
         p.alibi_slopes = mods[1].data_ptr() if mods[1] is not None else None
-        p.alibi_slopes_stride_batch = mods[1].stride(0) if mods[1] is not None and mods[1].dim() == 2 else 0
+        p.alibi_slopes_stride_batch = _alibi_stride(mods[1])
     p.cu_seqlens_q, p.cu_seqlens_kv = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
     p.total_q, p.total_kv = total_q, k.shape[0]
     workspace = None  # a decode-shaped call's keys are split, its workspace from PyTorch's allocator

@@ -953,6 +953,16 @@ def test_score_mods_refusals():
         fa_course.attention(q, k, v, softcap=1e9)
 
 
+def test_alibi_slopes_of_one_batch_entry_any_stride():
+    """(1, H_q) slopes are one per head whatever their first stride (a transposed (H_q, 1) view is
+    contiguous with stride 1 there): the same output as the (H_q,) slopes, not a refusal."""
+    q, k, v = inputs(1, 64, 64, 4, 2, 64, seed=49)
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], device=DEV)
+    odd = slopes.clone().view(4, 1).t()
+    assert odd.shape == (1, 4) and odd.is_contiguous() and odd.stride(0) == 1
+    close(fa_course.attention(q, k, v, alibi_slopes=odd), fa_course.attention(q, k, v, alibi_slopes=slopes))
+
+
 def test_no_gradient_is_lost_silently():
     """Each call that autograd would record but that has no backward for something refuses, rather than
     return an output without that gradient: the LSE of a call whose sinks alone require grad (its
