@@ -18,6 +18,8 @@
 # report reads every part's log, and a part that did not finish counts as failed), the sanitizer
 # pass resumes where the last call's left off, and FA_DEADLINE (seconds since the epoch) stops it
 # starting new runs. A logs folder belongs to one commit: reusing it for another is refused. FA_SANITIZER_STEPS: the steps it covers (default: every step).
+# FA_PHASES="variants" (alone or with others; never by default) runs scripts/variants.py, Part VI's
+# variant table, into the results folder (FA_VARIANTS_ARGS: e.g. --quick).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -146,11 +148,23 @@ if has compare && [ "${FA_WITH_COMPARE:-0}" = 1 ]; then
   [ $compare_rc -eq 0 ] || { echo "compare.py failed (exit $compare_rc): a provider disagrees or a step failed"; ctest_rc=1; }
 fi
 
+# Part VI's variant table (scripts/variants.py: the score modifications and the window beside the
+# plain call and FlexAttention, forward and backward): only as a phase named in FA_PHASES.
+if [[ " ${FA_PHASES:-} " == *" variants "* ]]; then
+  echo "== variants.py (score modifications, sliding window; FlexAttention, SDPA cuDNN)"
+  # shellcheck disable=SC2086
+  python3 scripts/variants.py --fa2 "$build/fa2" --out "$results" --commit "$commit" ${FA_VARIANTS_ARGS:-} \
+    >"$logs/variants.log" 2>&1
+  echo $? >"$logs/variants.rc"
+  tail -20 "$logs/variants.log"
+fi
+
 if ! has report; then  # a piece: its own work decides its exit code (the build exits above if it fails)
   echo "== logs: $logs (phases:$phases)"
   rc=0
   has tests && rc=$(cat "$logs/ctest$part.rc")
   has compare && [ -f "$logs/compare.rc" ] && [ "$(cat "$logs/compare.rc")" != 0 ] && rc=1
+  has variants && [ "$(cat "$logs/variants.rc")" != 0 ] && rc=1
   exit "$rc"
 fi
 python3 scripts/write_report.py --logs "$logs" --out "$results" --slug "$slug" --gpu "$gpu" --commit "$commit" \
