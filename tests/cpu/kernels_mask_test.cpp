@@ -242,6 +242,22 @@ TEST(KernelsMask, CausalFlagIsTheGeneralRange) {
 // on every (row, key), causal or not, both alignments, windows bounded on either side, both or
 // neither; and its tile ranges against the element test, tile by tile (check_policy). A window
 // edge off by one, the causal flag not folded in, or an unbounded side taken as 0, fails here.
+// A call of shape s with the causal flag and the window (left, right), and its name in messages.
+AttentionParams window_call(const Shape& s, bool causal, int64_t left, int64_t right) {
+  AttentionParams p;
+  p.seqlen_q = s.n_q;
+  p.seqlen_kv = s.n_kv;
+  p.causal = causal;
+  p.window_left = left;
+  p.window_right = right;
+  return p;
+}
+
+std::string window_name(bool causal, int64_t left, int64_t right, int64_t offset) {
+  return std::string(causal ? "causal " : "") + "window (" + std::to_string(left) + ", " + std::to_string(right) +
+         ") offset " + std::to_string(offset);
+}
+
 TEST(KernelsMask, WindowFlagIsTheReferencesWindow) {
   const std::pair<int64_t, int64_t> windows[] = {{-1, -1}, {0, 0},  {3, -1}, {-1, 5},
                                                  {7, 2},   {40, 0}, {0, -1}, {16, 16}};
@@ -249,14 +265,8 @@ TEST(KernelsMask, WindowFlagIsTheReferencesWindow) {
     for (bool causal : {false, true})
       for (int64_t offset : {int64_t(0), s.n_kv - s.n_q})
         for (auto [left, right] : windows) {
-          AttentionParams p;
-          p.seqlen_q = s.n_q;
-          p.seqlen_kv = s.n_kv;
-          p.causal = causal;
-          p.window_left = left;
-          p.window_right = right;
-          const std::string name = std::string(causal ? "causal " : "") + "window (" + std::to_string(left) + ", " +
-                                   std::to_string(right) + ") offset " + std::to_string(offset);
+          const AttentionParams p = window_call(s, causal, left, right);
+          const std::string name = window_name(causal, left, right, offset);
           const auto element = WindowFlag::element(p, offset);
           for (int64_t r = 0; r < s.n_q; ++r) {
             // The interval the GPU reference and the FLOP count walk holds exactly the visible keys.
@@ -283,10 +293,7 @@ TEST(KernelsMask, CausalFlagIsTheGeneralQRange) {
     for (bool causal : {false, true})
       for (int64_t offset : {int64_t(0), s.n_kv - s.n_q, int64_t(-40), int64_t(40), int64_t(-1), int64_t(15),
                              int64_t(-2), int64_t(14)}) {
-        AttentionParams p;
-        p.seqlen_q = s.n_q;
-        p.seqlen_kv = s.n_kv;
-        p.causal = causal;
+        const AttentionParams p = window_call(s, causal, -1, -1);
         const int64_t q_tile_count = (s.n_q + s.block_m - 1) / s.block_m;
         for (int64_t n_start = 0; n_start < s.n_kv; n_start += s.block_n) {
           const TileRange want =
@@ -343,14 +350,8 @@ TEST(KernelsMask, WindowFlagAnswersTheBackwardsQuestions) {
     for (bool causal : {false, true})
       for (int64_t offset : {int64_t(0), s.n_kv - s.n_q, int64_t(-1), int64_t(-2), int64_t(15), int64_t(14)})
         for (auto [left, right] : windows) {
-          AttentionParams p;
-          p.seqlen_q = s.n_q;
-          p.seqlen_kv = s.n_kv;
-          p.causal = causal;
-          p.window_left = left;
-          p.window_right = right;
-          const std::string name = std::string(causal ? "causal " : "") + "window (" + std::to_string(left) + ", " +
-                                   std::to_string(right) + ") offset " + std::to_string(offset);
+          const AttentionParams p = window_call(s, causal, left, right);
+          const std::string name = window_name(causal, left, right, offset);
           auto sees = [&](int64_t r, int64_t k) {
             return r < s.n_q && k < s.n_kv && key_visible(r, k, offset, causal, left, right);
           };

@@ -72,6 +72,19 @@ std::vector<float> as_float(const GuardedBuffer<bf16>& t) {
 }
 
 // ‖got − want‖ / ‖want‖, and no NaN or Inf anywhere.
+// A refused call: unsupported, its message naming `why`.
+void expect_refused(const Status& st, const std::string& why) {
+  EXPECT_TRUE(st.unsupported()) << why << ": " << st.message();
+  EXPECT_NE(st.message().find(why), std::string::npos) << st.message();
+}
+
+// Nothing written: dQ, dK and dV still hold make_gradients' NaN poison.
+void expect_gradients_untouched(const Gradients& g) {
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  for (const GuardedBuffer<bf16>* t : {&g.dq, &g.dk, &g.dv})
+    for (float x : as_float(*t)) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote a gradient";
+}
+
 void expect_close(const std::vector<float>& got, const std::vector<double>& want, const char* name,
                   const std::string& where, double limit) {
   ASSERT_EQ(got.size(), want.size()) << name;
@@ -214,11 +227,8 @@ TEST(Backward, SlidingWindow) {
   AttentionProblem prob(cases[0]);
   Gradients g = make_gradients(prob, 25);
   const Status st = step.backward(g.bp, nullptr);
-  EXPECT_TRUE(st.unsupported()) << st.message();
-  EXPECT_NE(st.message().find("sliding window"), std::string::npos) << st.message();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  for (const GuardedBuffer<bf16>* t : {&g.dq, &g.dk, &g.dv})
-    for (float x : as_float(*t)) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote a gradient";
+  expect_refused(st, "sliding window");
+  expect_gradients_untouched(g);
 }
 
 // Score modifications (softcap, ALiBi, sinks): a step whose forward and backward take them computes
@@ -262,11 +272,8 @@ TEST(Backward, ScoreMods) {
     Gradients g = make_gradients(prob, 36);
     g.bp.dsinks = nullptr;
     const Status st = step.backward(g.bp, nullptr);
-    EXPECT_TRUE(st.unsupported()) << st.message();
-    EXPECT_NE(st.message().find("dsinks"), std::string::npos) << st.message();
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
-    for (const GuardedBuffer<bf16>* t : {&g.dq, &g.dk, &g.dv})
-      for (float x : as_float(*t)) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote a gradient";
+    expect_refused(st, "dsinks");
+    expect_gradients_untouched(g);
     return;
   }
   // A step without them: its backward refuses each (the forward's call, with the modification added).
@@ -280,12 +287,9 @@ TEST(Backward, ScoreMods) {
   for (const auto& [call, name] :
        {std::pair{&capped, "softcap"}, std::pair{&alibi, "ALiBi"}, std::pair{&sinks, "sinks"}}) {
     const Status st = step.backward(*call, nullptr);
-    EXPECT_TRUE(st.unsupported()) << name << ": " << st.message();
-    EXPECT_NE(st.message().find(name), std::string::npos) << st.message();
+    expect_refused(st, name);
   }
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  for (const GuardedBuffer<bf16>* t : {&g.dq, &g.dk, &g.dv})
-    for (float x : as_float(*t)) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote a gradient";
+  expect_gradients_untouched(g);
 }
 
 // Refusals: no LSE, a workspace too small, dK overlapping dV; nothing is written.
@@ -298,8 +302,7 @@ TEST(Backward, RefusesBadCalls) {
   BackwardParams no_lse = g.bp;
   no_lse.fwd.lse = nullptr;
   Status st = step.backward(no_lse, nullptr);
-  EXPECT_TRUE(st.unsupported()) << st.message();
-  EXPECT_NE(st.message().find("LSE"), std::string::npos) << st.message();
+  expect_refused(st, "LSE");
   BackwardParams small = g.bp;
   small.workspace_bytes = backward_workspace_bytes(g.bp.fwd) - 1;
   st = step.backward(small, nullptr);
@@ -308,9 +311,7 @@ TEST(Backward, RefusesBadCalls) {
   overlap.dv = overlap.dk;
   st = step.backward(overlap, nullptr);
   EXPECT_NE(st.message().find("overlaps"), std::string::npos) << st.message();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  for (const GuardedBuffer<bf16>* t : {&g.dq, &g.dk, &g.dv})
-    for (float x : as_float(*t)) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote a gradient";
+  expect_gradients_untouched(g);
 }
 
 }  // namespace
