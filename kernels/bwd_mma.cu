@@ -284,25 +284,31 @@ Capabilities backward_caps() {
   Capabilities c = forward_caps({64, 128});
   c.deterministic_backward = true;       // BackwardParams::deterministic: dQ added in a fixed order
   c.sliding_window = true;               // window_size: WindowFlag's kernels, as the forward's
-  c.softcap = c.alibi = c.sinks = true;  // ScoreMods' kernels (the cap's derivative), and the sinks' gradient
+  c.softcap = c.alibi = c.sinks = true;  // Mods kernels (the cap's derivative), and the sinks' gradient
   return c;
+}
+
+// The kernel for call bp's mask and score modifications: WindowFlag (any mask) with the Mods kernel
+// of what its scores need, the cap or the slopes (kernels/score_mod.h; a sink changes no score: its
+// gradient is the preprocess's, kernels/backward.h), as the forward's kernels; else the mask's.
+template <int HEAD_DIM, typename Cfg>
+Status launch_for(const BackwardParams& bp, cudaStream_t stream) {
+  constexpr unsigned kInScores = kCapMod | kAlibiMod;
+  if (mod_bits(bp.fwd) & kInScores)
+    return with_score_mods(
+        bp.fwd, [&](auto m) { return launch_backward<HEAD_DIM, Cfg, WindowFlag, decltype(m)>(bp, stream); }, kInScores);
+  return bp.fwd.has_window() ? launch_backward<HEAD_DIM, Cfg, WindowFlag>(bp, stream)
+                             : launch_backward<HEAD_DIM, Cfg, CausalFlag>(bp, stream);
 }
 
 Status backward(const BackwardParams& bp, cudaStream_t stream) {
   static const Capabilities caps = backward_caps();
   if (Status st = validate_backward(bp, caps); !st.ok()) return st;
   if (Status st = bwd_common::check_backward_grids(bp.fwd); !st.ok()) return st;
-  // Score modifications: WindowFlag (any mask) with ScoreMods, as the forward's kernels.
   if constexpr (head_dim_built(64))
-    if (bp.fwd.head_dim == 64)
-      return bp.fwd.has_score_mods() ? launch_backward<64, BwdConfig<64, 128>, WindowFlag, ScoreMods>(bp, stream)
-             : bp.fwd.has_window()   ? launch_backward<64, BwdConfig<64, 128>, WindowFlag>(bp, stream)
-                                     : launch_backward<64, BwdConfig<64, 128>, CausalFlag>(bp, stream);
+    if (bp.fwd.head_dim == 64) return launch_for<64, BwdConfig<64, 128>>(bp, stream);
   if constexpr (head_dim_built(128))
-    if (bp.fwd.head_dim == 128)
-      return bp.fwd.has_score_mods() ? launch_backward<128, BwdConfig<32, 128>, WindowFlag, ScoreMods>(bp, stream)
-             : bp.fwd.has_window()   ? launch_backward<128, BwdConfig<32, 128>, WindowFlag>(bp, stream)
-                                     : launch_backward<128, BwdConfig<32, 128>, CausalFlag>(bp, stream);
+    if (bp.fwd.head_dim == 128) return launch_for<128, BwdConfig<32, 128>>(bp, stream);
   return Status::Unsupported("the production backward has no kernel at head dim " + std::to_string(bp.fwd.head_dim));
 }
 

@@ -373,11 +373,15 @@ struct Launcher {
     // Packed sequences, a sliding window (WindowFlag: a range past tile 0, masked at both ends; not
     // with packed sequences, which validation refuses), or neither: a kernel each.
     // Score modifications (softcap, ALiBi, sinks; not with packed sequences, which the forward
-    // refuses) theirs: WindowFlag, which takes any mask, and ScoreMods, which reads them at run time.
-    const auto kernel = p.cu_seqlens_q != nullptr ? attention_kernel<HEAD_DIM, Cfg, Packed>
-                        : p.has_score_mods()      ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag, ScoreMods>
-                        : p.has_window()          ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag>
-                                                  : attention_kernel<HEAD_DIM, Cfg, Batched>;
+    // refuses) theirs: WindowFlag, which takes any mask, and the Mods kernel of the call's
+    // modification (kernels/score_mod.h: one alone its own, several ScoreMods).
+    const auto kernel =
+        p.cu_seqlens_q != nullptr ? attention_kernel<HEAD_DIM, Cfg, Packed>
+        : p.has_score_mods()
+            ? with_score_mods(p,
+                              [](auto m) { return attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag, decltype(m)>; })
+        : p.has_window() ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag>
+                         : attention_kernel<HEAD_DIM, Cfg, Batched>;
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)
     if (Status st = make_qkv_tile_maps(&maps, p, Cfg::BLOCK_M, Cfg::BLOCK_N); !st.ok()) return st;

@@ -205,12 +205,13 @@ struct Launcher {
       if (p.has_window() || p.has_score_mods()) return launch<HEAD_DIM, Config<128, 64, 2>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     // A sliding window runs kernels of its own (WindowFlag: the range starts past tile 0, masked
-    // tiles at both ends), score modifications theirs (WindowFlag, which takes any mask, and
-    // ScoreMods: softcap, ALiBi and sinks read at run time); every other call the default policies'.
+    // tiles at both ends), score modifications theirs (WindowFlag, which takes any mask, and the Mods
+    // kernel of the call's modification: one alone its own, several ScoreMods); every other call the
+    // default policies'.
     auto kernel = attention_kernel<HEAD_DIM, Cfg>;
     if constexpr (!kWindowElsewhere) {
       if (p.has_score_mods())
-        kernel = attention_kernel<HEAD_DIM, Cfg, WindowFlag, ScoreMods>;
+        kernel = with_score_mods(p, [](auto m) { return attention_kernel<HEAD_DIM, Cfg, WindowFlag, decltype(m)>; });
       else if (p.has_window())
         kernel = attention_kernel<HEAD_DIM, Cfg, WindowFlag>;
     }

@@ -7,8 +7,13 @@
 // for dSᵀ.
 //
 //   Identity   compiles to no instruction: the kernels the steps measured.
-//   ScoreMods  the call's softcap, ALiBi and sinks (AttentionParams, Part VI), read at run time, so
-//              that one more kernel per configuration serves all three and every combination.
+//   Mods<M>    the call's softcap, ALiBi and sinks (AttentionParams, Part VI). M says at compile time
+//              which of them the kernel has code for (kCapMod, kAlibiMod, kSinksMod); each present one
+//              is applied where the call has it. A call with one modification runs the kernel of that
+//              one alone (Softcap, Alibi, Sinks), with no instruction for the other two; a call with
+//              several runs ScoreMods = Mods<kAllMods>. (With all three read at run time in one
+//              kernel, a call with sinks alone ran at 0.79x the plain call on the H200: the ALiBi
+//              code, if-converted on the no-cap path, is issued whether the slope is 0 or not.)
 //
 // The kernels work in raw score units (the scale is folded into the exp2's constant c = scale·log2 e),
 // so each modification is converted into them once, on the host (ScoreModArgs, a kernel parameter
@@ -116,10 +121,22 @@ struct Identity {
 #endif
 };
 
+/// Mods' bits: which modifications a kernel has code for.
+enum ModBits : unsigned { kCapMod = 1u, kAlibiMod = 2u, kSinksMod = 4u, kAllMods = 7u };
+
+/// The modifications call p has, as Mods' bits.
+inline unsigned mod_bits(const AttentionParams& p) {
+  return (p.softcap != 0.0f ? kCapMod : 0u) | (p.alibi_slopes != nullptr ? kAlibiMod : 0u) |
+         (p.sinks != nullptr ? kSinksMod : 0u);
+}
+
 /// The score modifications of one (batch, query head): the args and its ALiBi slope (raw units; 0:
-/// none). The scalar forms are what the tile functions apply per element.
-struct ScoreMods {
+/// none). The scalar forms are what the tile functions apply per element; a modification outside M
+/// compiles to nothing.
+template <unsigned M>
+struct Mods {
   static constexpr bool kActive = true;
+  static constexpr bool kCap = (M & kCapMod) != 0, kAlibi = (M & kAlibiMod) != 0, kSinks = (M & kSinksMod) != 0;
   ScoreModArgs a;
   float slope = 0.0f;
 
@@ -129,18 +146,20 @@ struct ScoreMods {
     return float(d < 0 ? -d : d);
   }
   /// Score s (raw) of query `row`, key `col` → the modified score (raw).
-  FA_HD float score(float s, int row, int col) const {
-    if (a.cap != 0.0f) s = a.cap * tanh_fast(s * a.inv_cap);
-    if (slope != 0.0f) s -= slope * distance(row, col);
+  FA_HD float score(float s, int row, int col) const { return modified(s, float(row + a.offset - col)); }
+  /// The same, given i + N_kv − N_q − j (signed, as a float).
+  FA_HD float modified(float s, float signed_distance) const {
+    if (kCap && a.cap != 0.0f) s = a.cap * tanh_fast(s * a.inv_cap);
+    if (kAlibi && slope != 0.0f) s -= slope * fabsf(signed_distance);
     return s;
   }
   /// The cap's derivative 1 − t² of query `row`, key `col` from its probability p = 2^(c·s′ − lse2)
   /// (1 without a cap).
   FA_HD float ds_factor(float p, float lse2, int row, int col) const {
-    if (a.cap == 0.0f) return 1.0f;
+    if (!kCap || a.cap == 0.0f) return 1.0f;
     if (!(p > 0.0f)) return 0.0f;  // masked, underflowed, or a row with no key (lse₂ = +inf): its dS is 0
     float capped = (log2_fast(p) + lse2) * a.inv_c;  // s′, the modified score
-    if (slope != 0.0f) capped += slope * distance(row, col);
+    if (kAlibi && slope != 0.0f) capped += slope * distance(row, col);
     const float t = fminf(fmaxf(capped * a.inv_cap, -1.0f), 1.0f);
     return 1.0f - t * t;
   }
@@ -164,16 +183,18 @@ struct ScoreMods {
 
 #if defined(__CUDACC__)
   /// Batch b, query head h's.
-  __device__ __forceinline__ static ScoreMods make(const AttentionParams& p, const ScoreModArgs& args, int64_t b,
-                                                   int64_t h) {
-    return {args, p.alibi_slopes ? p.alibi_slopes[b * p.alibi_slopes_stride_batch + h] * args.inv_scale : 0.0f};
+  __device__ __forceinline__ static Mods make(const AttentionParams& p, const ScoreModArgs& args, int64_t b,
+                                              int64_t h) {
+    if constexpr (kAlibi)
+      if (p.alibi_slopes) return {args, p.alibi_slopes[b * p.alibi_slopes_stride_batch + h] * args.inv_scale};
+    return {args, 0.0f};
   }
   /// The same, its slope read again from memory (a volatile load the compiler cannot merge with the
   /// first): for a kernel that would otherwise hold the slope in a register from the scores to dS.
-  __device__ __forceinline__ static ScoreMods reload(const AttentionParams& p, const ScoreModArgs& args, int64_t b,
-                                                     int64_t h) {
+  __device__ __forceinline__ static Mods reload(const AttentionParams& p, const ScoreModArgs& args, int64_t b,
+                                                int64_t h) {
     float slope = 0.0f;
-    if (p.alibi_slopes) {
+    if (kAlibi && p.alibi_slopes) {
       asm volatile("ld.global.nc.f32 %0, [%1];\n"
                    : "=f"(slope)
                    : "l"(p.alibi_slopes + b * p.alibi_slopes_stride_batch + h));
@@ -182,24 +203,35 @@ struct ScoreMods {
     return {args, slope};
   }
   /// The scores of a warp's (16, N) tile, rows queries from row0, columns keys from col0.
+  ///
+  /// ALiBi's distance |i + N_kv − N_q − j| is taken in floats from a base converted once per tile and
+  /// element position: an int → float conversion per element runs on a quarter-rate unit, as the
+  /// exp2 does, and would double that unit's work (i − j stays exact in fp32 below 2^24, as the
+  /// conversion of the integer distance is).
   template <int N>
   __device__ __forceinline__ void operator()(tile::Acc<N>& s, int row0, int col0) const {
+    if constexpr (!kCap && !kAlibi) return;  // sinks alone: nothing on the scores
     const int lane = tile::lane_id();
 #pragma unroll
-    for (int f = 0; f < N / 8; ++f)
+    for (int e = 0; e < 4; ++e) {
+      // element (f, e): row row0 + mma_c_row, column col0 + 8f + mma_c_col: distance |base − 8f|
+      const float base = float(row0 + a.offset + ptx::mma_c_row(lane, e) - col0 - ptx::mma_c_col(lane, e));
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s.c[f][e] = score(s.c[f][e], row0 + ptx::mma_c_row(lane, e), col0 + f * 8 + ptx::mma_c_col(lane, e));
+      for (int f = 0; f < N / 8; ++f) s.c[f][e] = modified(s.c[f][e], base - float(8 * f));
+    }
   }
   /// The same on a (keys, queries) tile: rows keys from key0, columns queries from query0.
   template <int N>
   __device__ __forceinline__ void transposed(tile::Acc<N>& s, int key0, int query0) const {
+    if constexpr (!kCap && !kAlibi) return;
     const int lane = tile::lane_id();
 #pragma unroll
-    for (int f = 0; f < N / 8; ++f)
+    for (int e = 0; e < 4; ++e) {
+      // element (f, e): key key0 + mma_c_row, query query0 + 8f + mma_c_col: distance |base + 8f|
+      const float base = float(query0 + a.offset + ptx::mma_c_col(lane, e) - key0 - ptx::mma_c_row(lane, e));
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s.c[f][e] = score(s.c[f][e], query0 + f * 8 + ptx::mma_c_col(lane, e), key0 + ptx::mma_c_row(lane, e));
+      for (int f = 0; f < N / 8; ++f) s.c[f][e] = modified(s.c[f][e], base + float(8 * f));
+    }
   }
   /// dSᵀ = Pᵀ ∘ (dPᵀ − D) ∘ (1 − t²) on a (keys, queries) tile, t read back from Pᵀ and the columns'
   /// lse₂; D and lse₂ in shared memory by column from query0's. One pass, each element's D and lse₂
@@ -226,7 +258,7 @@ struct ScoreMods {
   template <int D>
   __device__ __forceinline__ void finish(tile::Acc<D>& o, tile::Rows& m, tile::Rows& l, const AttentionParams& p,
                                          int64_t h) const {
-    if (p.sinks == nullptr) return;
+    if (!kSinks || p.sinks == nullptr) return;
     const float sink = p.sinks[h] * a.inv_scale;
     tile::Rows alpha;
 #pragma unroll
@@ -235,5 +267,27 @@ struct ScoreMods {
   }
 #endif
 };
+
+using ScoreMods = Mods<kAllMods>;  // any combination, each modification applied where the call has it
+using Softcap = Mods<kCapMod>;
+using Alibi = Mods<kAlibiMod>;
+using Sinks = Mods<kSinksMod>;
+
+/// f(Mods<…>{}) for the kernel that serves call p's modifications (those in `used`; the rest are not
+/// the kernel's concern, as sinks are not the backward's): one alone its own, several ScoreMods.
+/// f is called only for a call with at least one of them.
+template <typename F>
+decltype(auto) with_score_mods(const AttentionParams& p, F&& f, unsigned used = kAllMods) {
+  switch (mod_bits(p) & used) {
+    case kCapMod:
+      return f(Softcap{});
+    case kAlibiMod:
+      return f(Alibi{});
+    case kSinksMod:
+      return f(Sinks{});
+    default:
+      return f(ScoreMods{});
+  }
+}
 
 }  // namespace fa::kernels
