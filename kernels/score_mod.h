@@ -211,34 +211,35 @@ struct Mods {
   }
   /// The scores of a warp's (16, N) tile, rows queries from row0, columns keys from col0.
   ///
-  /// ALiBi's distance |i + N_kv − N_q − j| is taken in floats from a base converted once per tile and
-  /// element position: an int → float conversion per element runs on a quarter-rate unit, as the
-  /// exp2 does, and would double that unit's work (i − j stays exact in fp32 below 2^24, as the
-  /// conversion of the integer distance is).
+  /// ALiBi's distance |i + N_kv − N_q − j| is taken in floats from one base converted per tile and
+  /// thread, plus constants: an int → float conversion per element runs on a quarter-rate unit, as
+  /// the exp2 does, and would double that unit's work (exact below 2^24, as the conversion of the
+  /// integer distance is).
   template <int N>
   __device__ __forceinline__ void operator()(tile::Acc<N>& s, int row0, int col0) const {
     if constexpr (!kCap && !kAlibi) return;  // sinks alone: nothing on the scores
     const int lane = tile::lane_id();
+    // element (f, e): row row0 + mma_c_row(lane, e), column col0 + 8f + mma_c_col(lane, e), so its
+    // signed distance is base + mma_c_row(0, e) − mma_c_col(0, e) − 8f, constants added to one float
+    const float base = float(row0 + a.offset + ptx::mma_c_row(lane, 0) - col0 - ptx::mma_c_col(lane, 0));
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      // element (f, e): row row0 + mma_c_row, column col0 + 8f + mma_c_col: distance |base − 8f|
-      const float base = float(row0 + a.offset + ptx::mma_c_row(lane, e) - col0 - ptx::mma_c_col(lane, e));
+    for (int f = 0; f < N / 8; ++f)
 #pragma unroll
-      for (int f = 0; f < N / 8; ++f) s.c[f][e] = modified(s.c[f][e], base - float(8 * f));
-    }
+      for (int e = 0; e < 4; ++e)
+        s.c[f][e] = modified(s.c[f][e], base + float(ptx::mma_c_row(0, e) - ptx::mma_c_col(0, e) - 8 * f));
   }
   /// The same on a (keys, queries) tile: rows keys from key0, columns queries from query0.
   template <int N>
   __device__ __forceinline__ void transposed(tile::Acc<N>& s, int key0, int query0) const {
     if constexpr (!kCap && !kAlibi) return;
     const int lane = tile::lane_id();
+    // element (f, e): key key0 + mma_c_row(lane, e), query query0 + 8f + mma_c_col(lane, e)
+    const float base = float(query0 + a.offset + ptx::mma_c_col(lane, 0) - key0 - ptx::mma_c_row(lane, 0));
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      // element (f, e): key key0 + mma_c_row, query query0 + 8f + mma_c_col: distance |base + 8f|
-      const float base = float(query0 + a.offset + ptx::mma_c_col(lane, e) - key0 - ptx::mma_c_row(lane, e));
+    for (int f = 0; f < N / 8; ++f)
 #pragma unroll
-      for (int f = 0; f < N / 8; ++f) s.c[f][e] = modified(s.c[f][e], base + float(8 * f));
-    }
+      for (int e = 0; e < 4; ++e)
+        s.c[f][e] = modified(s.c[f][e], base + float(ptx::mma_c_col(0, e) - ptx::mma_c_row(0, e) + 8 * f));
   }
   /// dSᵀ = Pᵀ ∘ (dPᵀ − D) ∘ (1 − t²) on a (keys, queries) tile, t read back from Pᵀ and the columns'
   /// lse₂; D and lse₂ in shared memory by column from query0's. One pass, each element's D and lse₂
