@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "device/ptx/mbarrier.h"
 #include "device/smem_tile.h"
@@ -365,10 +366,26 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   Epilogue::finish();
 }
 
+// The one-modification kernel a configuration does not build (Mods' bits; 0: none), because it
+// spills on sm_90 (8 to 40 bytes: three consumers at 160 registers, or four): a call with that
+// modification alone runs the two-consumer configuration of its head dim instead. (The general
+// ScoreMods kernel, whose cap and slope tests branch per tile, fits in all of them.)
+template <int HEAD_DIM, typename Cfg>
+constexpr unsigned kModElsewhere = HEAD_DIM == 128 && Cfg::BLOCK_M == 192  ? kAlibiMod
+                                   : HEAD_DIM == 64 && Cfg::BLOCK_M == 192 ? kCapMod
+                                   : HEAD_DIM == 64 && Cfg::BLOCK_M == 256 ? kAlibiMod
+                                                                           : 0u;
+template <int HEAD_DIM>
+using TwoConsumers = std::conditional_t<HEAD_DIM == 64, Config<128, 128, 4>, Config<128, 128, 3, RegisterStore>>;
+
 // The host side of one configuration: the tuner calls Launcher::launch<HEAD_DIM, Cfg>.
 struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
+    constexpr unsigned kElsewhere = kModElsewhere<HEAD_DIM, Cfg>;
+    if constexpr (kElsewhere != 0)
+      if (p.cu_seqlens_q == nullptr && mod_bits(p) == kElsewhere)
+        return launch<HEAD_DIM, TwoConsumers<HEAD_DIM>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     // Packed sequences, a sliding window (WindowFlag: a range past tile 0, masked at both ends; not
     // with packed sequences, which validation refuses), or neither: a kernel each.
@@ -379,7 +396,11 @@ struct Launcher {
         p.cu_seqlens_q != nullptr ? attention_kernel<HEAD_DIM, Cfg, Packed>
         : p.has_score_mods()
             ? with_score_mods(p,
-                              [](auto m) { return attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag, decltype(m)>; })
+                              [](auto m) {
+                                // (the kernel kElsewhere names never runs: the general one stands in)
+                                using M = std::conditional_t<decltype(m)::kBits == kElsewhere, ScoreMods, decltype(m)>;
+                                return attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag, M>;
+                              })
         : p.has_window() ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag>
                          : attention_kernel<HEAD_DIM, Cfg, Batched>;
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;

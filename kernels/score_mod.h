@@ -143,6 +143,7 @@ inline unsigned mod_bits(const AttentionParams& p) {
 template <unsigned M>
 struct Mods {
   static constexpr bool kActive = true;
+  static constexpr unsigned kBits = M;
   static constexpr bool kCap = (M & kCapMod) != 0, kAlibi = (M & kAlibiMod) != 0, kSinks = (M & kSinksMod) != 0;
   ScoreModArgs a;
   float slope = 0.0f;
@@ -281,12 +282,11 @@ using Softcap = Mods<kCapMod>;
 using Alibi = Mods<kAlibiMod>;
 using Sinks = Mods<kSinksMod>;
 
-/// f(Mods<…>{}) for the kernel that serves call p's modifications (those in `used`; the rest are not
-/// the kernel's concern, as sinks are not the backward's): one alone its own, several ScoreMods.
-/// f is called only for a call with at least one of them.
+/// f(Mods<…>{}) for the kernel that serves call p's modifications: one alone its own, several
+/// ScoreMods. f is called only for a call with at least one.
 template <typename F>
-decltype(auto) with_score_mods(const AttentionParams& p, F&& f, unsigned used = kAllMods) {
-  switch (mod_bits(p) & used) {
+decltype(auto) with_score_mods(const AttentionParams& p, F&& f) {
+  switch (mod_bits(p)) {
     case kCapMod:
       return f(Softcap{});
     case kAlibiMod:
