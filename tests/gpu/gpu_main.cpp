@@ -2,6 +2,7 @@
 // linked in, then runs GoogleTest.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "harness/gpu.h"
@@ -34,6 +35,21 @@ int main(int argc, char** argv) {
     fa::testing::register_large_suite();
   } else {
     fa::testing::register_step_suite();
+  }
+  // ctest runs each test as --gtest_filter=<its name>: a name holding one of the filter's own
+  // characters ('-' starts the exclusions, ':' separates patterns, '*' and '?' match) would select
+  // another test or none, and a program that ran no test exits 0. Such a name is refused here.
+  const ::testing::UnitTest& all = *::testing::UnitTest::GetInstance();
+  for (int i = 0; i < all.total_test_suite_count(); ++i) {
+    const ::testing::TestSuite& suite = *all.GetTestSuite(i);
+    for (int j = 0; j < suite.total_test_count(); ++j) {
+      const std::string name = std::string(suite.name()) + "." + suite.GetTestInfo(j)->name();
+      if (name.find_first_of("-:*?") != std::string::npos) {
+        std::fprintf(stderr, "test name %s holds one of GoogleTest's filter characters (- : * ?): rename it\n",
+                     name.c_str());
+        return 1;
+      }
+    }
   }
   return RUN_ALL_TESTS();
 }

@@ -39,7 +39,12 @@ std::string shape_name(const ProblemShape& s) {
   if (s.softcap != 0.0f) os << "_cap" << int(s.softcap);
   if (s.alibi != ProblemShape::Alibi::none) os << (s.alibi == ProblemShape::Alibi::per_head ? "_alibiH" : "_alibiBH");
   if (s.sinks) os << "_sinks";
-  if (s.softmax_scale != 0.0f) os << "_scale" << int(std::lround(s.softmax_scale * 100)) << "e-2";
+  // scale 0.3 → "_scale0p30": no '-' (GoogleTest's filter reads it as "exclude what follows", so a
+  // name holding one selects nothing and its ctest entry passed without running; main() refuses them)
+  if (s.softmax_scale != 0.0f) {
+    const long c = std::lround(s.softmax_scale * 100);
+    os << "_scale" << c / 100 << "p" << (c % 100 < 10 ? "0" : "") << c % 100;
+  }
   return os.str();
 }
 
