@@ -366,15 +366,15 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   Epilogue::finish();
 }
 
-// The one-modification kernel a configuration does not build (Mods' bits; 0: none), because it
-// spills on sm_90 (8 to 40 bytes: three consumers at 160 registers, or four): a call with that
-// modification alone runs the two-consumer configuration of its head dim instead. (The general
+// Whether a configuration leaves out the one-modification kernel of Mods bits `bits` because it
+// spills on sm_90 (8 to 40 bytes, D = 64's three and four consumers: softcap, one-sided ALiBi): a
+// call that would run it runs the two-consumer configuration of its head dim instead. (The general
 // ScoreMods kernel, whose cap and slope tests branch per tile, fits in all of them.)
 template <int HEAD_DIM, typename Cfg>
-constexpr unsigned kModElsewhere = HEAD_DIM == 128 && Cfg::BLOCK_M == 192  ? kAlibiMod
-                                   : HEAD_DIM == 64 && Cfg::BLOCK_M == 192 ? kCapMod
-                                   : HEAD_DIM == 64 && Cfg::BLOCK_M == 256 ? kAlibiMod
-                                                                           : 0u;
+constexpr bool mods_elsewhere(unsigned bits) {
+  return HEAD_DIM == 64 && ((Cfg::BLOCK_M == 192 && (bits == kCapMod || bits == (kAlibiMod | kOneSided))) ||
+                            (Cfg::BLOCK_M == 256 && bits == (kAlibiMod | kOneSided)));
+}
 template <int HEAD_DIM>
 using TwoConsumers = std::conditional_t<HEAD_DIM == 64, Config<128, 128, 4>, Config<128, 128, 3, RegisterStore>>;
 
@@ -382,9 +382,9 @@ using TwoConsumers = std::conditional_t<HEAD_DIM == 64, Config<128, 128, 4>, Con
 struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
-    constexpr unsigned kElsewhere = kModElsewhere<HEAD_DIM, Cfg>;
-    if constexpr (kElsewhere != 0)
-      if (p.cu_seqlens_q == nullptr && mod_bits(p) == kElsewhere)
+    if constexpr (HEAD_DIM == 64 && Cfg::BLOCK_M > 128)
+      if (p.cu_seqlens_q == nullptr && p.has_score_mods() &&
+          mods_elsewhere<HEAD_DIM, Cfg>(with_score_mods(p, [](auto m) { return decltype(m)::kBits; })))
         return launch<HEAD_DIM, TwoConsumers<HEAD_DIM>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     // Packed sequences, a sliding window (WindowFlag: a range past tile 0, masked at both ends; not
@@ -395,12 +395,14 @@ struct Launcher {
     const auto kernel =
         p.cu_seqlens_q != nullptr ? attention_kernel<HEAD_DIM, Cfg, Packed>
         : p.has_score_mods()
-            ? with_score_mods(p,
-                              [](auto m) {
-                                // (the kernel kElsewhere names never runs: the general one stands in)
-                                using M = std::conditional_t<decltype(m)::kBits == kElsewhere, ScoreMods, decltype(m)>;
-                                return attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag, M>;
-                              })
+            ? with_score_mods(
+                  p,
+                  [](auto m) {
+                    // (a kernel mods_elsewhere leaves out never runs: the general one stands in)
+                    using M =
+                        std::conditional_t<mods_elsewhere<HEAD_DIM, Cfg>(decltype(m)::kBits), ScoreMods, decltype(m)>;
+                    return attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag, M>;
+                  })
         : p.has_window() ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag>
                          : attention_kernel<HEAD_DIM, Cfg, Batched>;
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;

@@ -33,6 +33,7 @@
 // against the fp64 reference's formulas (tests/cpu/score_mod_test.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -129,7 +130,21 @@ struct Identity {
 };
 
 /// Mods' bits: which modifications a kernel has code for.
-enum ModBits : unsigned { kCapMod = 1u, kAlibiMod = 2u, kSinksMod = 4u, kAllMods = 7u };
+/// kOneSided (with kAlibiMod alone): ALiBi on a call whose every visible key sits at or before
+/// ALiBi's diagonal (alibi_one_sided), where the bias −slope·(i + N_kv − N_q − j) needs no absolute
+/// value and its part that depends on the row alone can leave the loop (Mods::operator() says how).
+enum ModBits : unsigned { kCapMod = 1u, kAlibiMod = 2u, kSinksMod = 4u, kAllMods = 7u, kOneSided = 8u };
+
+/// Whether every key call p shows a query sits at or before ALiBi's diagonal, j <= i + N_kv − N_q:
+/// the call's right edge (causal: the diagonal at causal_offset(); a window: window_right past it)
+/// is bounded and no further right than ALiBi's (always bottom-right). Causal decoders with ALiBi
+/// (BLOOM, MPT) are.
+inline bool alibi_one_sided(const AttentionParams& p) {
+  int64_t right = -1;  // keys after the mask's diagonal; −1: unbounded
+  if (p.causal) right = 0;
+  if (p.window_right >= 0) right = right < 0 ? p.window_right : std::min(right, p.window_right);
+  return right >= 0 && p.causal_offset() + right <= p.seqlen_kv - p.seqlen_q;
+}
 
 /// The modifications call p has, as Mods' bits.
 inline unsigned mod_bits(const AttentionParams& p) {
@@ -145,6 +160,8 @@ struct Mods {
   static constexpr bool kActive = true;
   static constexpr unsigned kBits = M;
   static constexpr bool kCap = (M & kCapMod) != 0, kAlibi = (M & kAlibiMod) != 0, kSinks = (M & kSinksMod) != 0;
+  static constexpr bool kLinear = (M & kOneSided) != 0;
+  static_assert(!kLinear || M == (kAlibiMod | kOneSided), "one-sided ALiBi is a kernel of its own");
   ScoreModArgs a;
   float slope = 0.0f;
 
@@ -216,10 +233,25 @@ struct Mods {
   /// thread, plus constants: an int → float conversion per element runs on a quarter-rate unit, as
   /// the exp2 does, and would double that unit's work (exact below 2^24, as the conversion of the
   /// integer distance is).
+  ///
+  /// One-sided (kLinear): row i's bias −slope·(i + N_kv − N_q − j) is slope·(j − row0 − N_kv + N_q)
+  /// minus slope·(i − row0). The second part is the same for every key of the row, and a row's
+  /// softmax does not change when all its scores move by one amount: only the first, a column's, is
+  /// added here (one add an element), and finish() takes the second from the row's max, so that the
+  /// LSE is the modified scores' own. Measured from the warp's first row, the added bias is small
+  /// where the row's probability is (near the diagonal) and large only where that is ~0.
   template <int N>
   __device__ __forceinline__ void operator()(tile::Acc<N>& s, int row0, int col0) const {
     if constexpr (!kCap && !kAlibi) return;  // sinks alone: nothing on the scores
     const int lane = tile::lane_id();
+    if constexpr (kLinear) {
+      const float b0 = slope * float(col0 + ptx::mma_c_col(lane, 0) - row0 - a.offset);
+#pragma unroll
+      for (int f = 0; f < N / 8; ++f)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s.c[f][e] += fmaf(slope, float(8 * f + ptx::mma_c_col(0, e)), b0);
+      return;
+    }
     // element (f, e): row row0 + mma_c_row(lane, e), column col0 + 8f + mma_c_col(lane, e), so its
     // signed distance is base + mma_c_row(0, e) − mma_c_col(0, e) − 8f, constants added to one float
     const float base = float(row0 + a.offset + ptx::mma_c_row(lane, 0) - col0 - ptx::mma_c_col(lane, 0));
@@ -267,6 +299,11 @@ struct Mods {
   template <int D>
   __device__ __forceinline__ void finish(tile::Acc<D>& o, tile::Rows& m, tile::Rows& l, const AttentionParams& p,
                                          int64_t h) const {
+    if constexpr (kLinear) {  // the rows' own part of the bias, −slope·(i − row0), on the max
+#pragma unroll
+      for (int r = 0; r < 2; ++r) m.r[r] -= slope * float(ptx::mma_c_row(tile::lane_id(), 2 * r));
+      return;
+    }
     if (!kSinks || p.sinks == nullptr) return;
     const float sink = p.sinks[h] * a.inv_scale;
     tile::Rows alpha;
@@ -280,17 +317,19 @@ struct Mods {
 using ScoreMods = Mods<kAllMods>;  // any combination, each modification applied where the call has it
 using Softcap = Mods<kCapMod>;
 using Alibi = Mods<kAlibiMod>;
+using OneSidedAlibi = Mods<kAlibiMod | kOneSided>;
 using Sinks = Mods<kSinksMod>;
 
-/// f(Mods<…>{}) for the kernel that serves call p's modifications: one alone its own, several
-/// ScoreMods. f is called only for a call with at least one.
+/// f(Mods<…>{}) for the forward kernel that serves call p's modifications: one alone its own (ALiBi
+/// one-sided; two-sided, rare, the general kernel), several ScoreMods. f is called only for a call
+/// with at least one.
 template <typename F>
 decltype(auto) with_score_mods(const AttentionParams& p, F&& f) {
   switch (mod_bits(p)) {
     case kCapMod:
       return f(Softcap{});
     case kAlibiMod:
-      return f(Alibi{});
+      return alibi_one_sided(p) ? f(OneSidedAlibi{}) : f(ScoreMods{});
     case kSinksMod:
       return f(Sinks{});
     default:

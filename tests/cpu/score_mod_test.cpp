@@ -100,6 +100,52 @@ TEST(ScoreMods, DsFactorIsTheCapsDerivativeReadBackFromP) {
 
 // The sink at the end of a row: the LSE of the scores and the sink together, O rescaled so that its
 // normalisation divides by the sink's term too; a row that saw no key gets LSE = the sink, O = 0.
+// One-sided ALiBi (kOneSided: the bias without its absolute value, the row's part out of the loop)
+// is only right where every key a query sees sits at or before ALiBi's diagonal j <= i + N_kv − N_q:
+// alibi_one_sided must never claim a call that shows a query a key past it (checked against every
+// visible pair, params.h's rule), and must claim the causal calls ALiBi models make.
+TEST(ScoreMods, OneSidedAlibiOnlyWhereNoVisibleKeyIsPastTheDiagonal) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> len(1, 40), edge(-1, 6), coin(0, 1);
+  int claimed = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    AttentionParams p;
+    p.seqlen_q = len(rng);
+    p.seqlen_kv = len(rng);
+    p.causal = coin(rng) == 1;
+    p.causal_align = coin(rng) == 1 ? CausalAlign::bottom_right : CausalAlign::top_left;
+    p.window_left = edge(rng);
+    p.window_right = edge(rng);
+    const int64_t off = p.causal_offset();
+    bool past = false;  // a visible key past ALiBi's diagonal
+    for (int64_t i = 0; i < p.seqlen_q; ++i)
+      for (int64_t j = 0; j < p.seqlen_kv; ++j) {
+        bool visible = !p.causal || j <= i + off;
+        if (p.window_left >= 0) visible = visible && j >= i + off - p.window_left;
+        if (p.window_right >= 0) visible = visible && j <= i + off + p.window_right;
+        past = past || (visible && j > i + p.seqlen_kv - p.seqlen_q);
+      }
+    if (alibi_one_sided(p)) {
+      ++claimed;
+      EXPECT_FALSE(past) << "N_q " << p.seqlen_q << " N_kv " << p.seqlen_kv << " causal " << p.causal << " window "
+                         << p.window_left << "," << p.window_right;
+    }
+  }
+  EXPECT_GT(claimed, 1000);
+  AttentionParams c;  // causal, bottom-right, and top-left with N_kv >= N_q: one-sided
+  c.causal = true;
+  c.seqlen_q = 100;
+  c.seqlen_kv = 300;
+  c.causal_align = CausalAlign::bottom_right;
+  EXPECT_TRUE(alibi_one_sided(c));
+  c.causal_align = CausalAlign::top_left;
+  EXPECT_TRUE(alibi_one_sided(c));
+  c.seqlen_q = 301;  // top-left with N_q > N_kv: row 300 sees key 300 > 300 − 1
+  EXPECT_FALSE(alibi_one_sided(c));
+  c.causal = false;
+  EXPECT_FALSE(alibi_one_sided(c));
+}
+
 TEST(ScoreMods, SinkJoinsTheRowsDenominator) {
   const float scale = 0.125f;
   const ScoreMods m = mods_of(scale, 0.0f, 0.0f, 10, 10);

@@ -188,6 +188,17 @@ void register_for(const StepInfo& st) {
     mods(make_shape(1, 1, 1, 8192, 8192, d, true, CausalAlign::bottom_right), 50.0f, Alibi::none, false);
     mods(make_shape(1, 4, 2, 300, 1000, d), 0.0f, Alibi::per_head, false);
     mods(make_shape(2, 2, 2, 1000, 300, d, true, CausalAlign::top_left), 0.0f, Alibi::per_batch_head, false);
+    // ALiBi one-sided (every visible key at or before its diagonal: kernels/score_mod.h's kOneSided,
+    // the row's part of the bias out of the loop): causal top-left with N_kv > N_q, a long causal
+    // call with hot logits, and a window ending at the diagonal without the causal flag
+    mods(make_shape(2, 2, 1, 700, 1500, d, true, CausalAlign::top_left), 0.0f, Alibi::per_batch_head, false);
+    ProblemShape hot_alibi = make_shape(1, 2, 1, 8192, 8192, d, true, CausalAlign::bottom_right);
+    hot_alibi.input = InputKind::large_logits;
+    mods(hot_alibi, 0.0f, Alibi::per_head, false);
+    ProblemShape band = make_shape(1, 2, 2, 900, 1300, d, false, CausalAlign::bottom_right);
+    band.window_left = 200;
+    band.window_right = 0;
+    mods(band, 0.0f, Alibi::per_head, false);
     mods(make_shape(2, 2, 1, 1000, 300, d, true, CausalAlign::bottom_right), 0.0f, Alibi::none, true);
     mods(make_shape(1, 2, 2, 4096, 4096, d), 0.0f, Alibi::none, true);
     ProblemShape all = make_shape(2, 4, 2, 777, 1531, d, true, CausalAlign::bottom_right);
