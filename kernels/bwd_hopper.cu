@@ -410,18 +410,12 @@ Capabilities backward_caps() {
   return c;
 }
 
-// The kernel for call bp's mask and score modifications: WindowFlag (any mask) with the Alibi kernel
-// for slopes alone, the general ScoreMods one with a cap (kernels/score_mod.h; a Softcap kernel of its
-// own spilled D = 64's deterministic Hopper one, and a capped backward's cost is its tanh and lg2, not
-// the tests); a sink changes no score (its gradient is the preprocess's, kernels/backward.h), so a
-// call with sinks alone runs the mask's kernel, as one without.
+// The kernel for call bp's mask and score modifications (kernels/score_mod.h says which).
 template <int HEAD_DIM, typename Cfg>
 Status launch_for(const BackwardParams& bp, cudaStream_t stream) {
-  const unsigned in_scores = mod_bits(bp.fwd) & (kCapMod | kAlibiMod);
-  if (in_scores == kAlibiMod) return launch_backward<HEAD_DIM, Cfg, WindowFlag, Alibi>(bp, stream);
-  if (in_scores != 0) return launch_backward<HEAD_DIM, Cfg, WindowFlag, ScoreMods>(bp, stream);
-  return bp.fwd.has_window() ? launch_backward<HEAD_DIM, Cfg, WindowFlag>(bp, stream)
-                             : launch_backward<HEAD_DIM, Cfg, CausalFlag>(bp, stream);
+  return with_backward_policies(bp.fwd, [&](auto mask, auto mod) {
+    return launch_backward<HEAD_DIM, Cfg, decltype(mask), decltype(mod)>(bp, stream);
+  });
 }
 
 Status backward(const BackwardParams& bp, cudaStream_t stream) {

@@ -40,6 +40,7 @@
 #include "device/backward_tile.h"
 #include "device/warp_tile.h"
 #include "fa/params.h"
+#include "kernels/mask.h"
 
 namespace fa::kernels {
 
@@ -335,6 +336,19 @@ decltype(auto) with_score_mods(const AttentionParams& p, F&& f) {
     default:
       return f(ScoreMods{});
   }
+}
+
+/// f(mask, mod), default-constructed policies, for the backward kernel of call p: WindowFlag (any
+/// mask) with the Alibi kernel for slopes alone and the general ScoreMods one with a cap (a Softcap
+/// kernel of its own spilled D = 64's deterministic Hopper backward, and a capped backward's cost is
+/// its tanh and lg2, not the tests). A sink changes no score (its gradient is the preprocess's,
+/// kernels/backward.h): a call with sinks alone runs the mask's kernel, as one without.
+template <typename F>
+decltype(auto) with_backward_policies(const AttentionParams& p, F&& f) {
+  const unsigned in_scores = mod_bits(p) & (kCapMod | kAlibiMod);
+  if (in_scores == kAlibiMod) return f(WindowFlag{}, Alibi{});
+  if (in_scores != 0) return f(WindowFlag{}, ScoreMods{});
+  return p.has_window() ? f(WindowFlag{}, Identity{}) : f(CausalFlag{}, Identity{});
 }
 
 }  // namespace fa::kernels
