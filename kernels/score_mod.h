@@ -10,8 +10,9 @@
 //   Mods<M>    the call's softcap, ALiBi and sinks (AttentionParams, Part VI). M says at compile time
 //              which of them the kernel has code for (kCapMod, kAlibiMod, kSinksMod); each present one
 //              is applied where the call has it. A call with one modification runs the kernel of that
-//              one alone (Softcap, Alibi, Sinks), with no instruction for the other two; a call with
-//              several runs ScoreMods = Mods<kAllMods>. (With all three read at run time in one
+//              one alone, with no instruction for the other two (Softcap, Sinks; ALiBi's forward
+//              OneSidedAlibi on causal calls, its backward Alibi); a call with several runs
+//              ScoreMods = Mods<kAllMods>. (With all three read at run time in one
 //              kernel, a call with sinks alone ran at 0.79x the plain call on the H200: the ALiBi
 //              code, if-converted on the no-cap path, is issued whether the slope is 0 or not.)
 //
