@@ -382,29 +382,27 @@ using TwoConsumers = std::conditional_t<HEAD_DIM == 64, Config<128, 128, 4>, Con
 struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
-    if constexpr (HEAD_DIM == 64 && Cfg::BLOCK_M > 128)
-      if (p.cu_seqlens_q == nullptr && p.has_score_mods() &&
-          mods_elsewhere<HEAD_DIM, Cfg>(with_score_mods(p, [](auto m) { return decltype(m)::kBits; })))
-        return launch<HEAD_DIM, TwoConsumers<HEAD_DIM>>(p, stream);
-    constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     // Packed sequences, a sliding window (WindowFlag: a range past tile 0, masked at both ends; not
     // with packed sequences, which validation refuses), or neither: a kernel each.
     // Score modifications (softcap, ALiBi, sinks; not with packed sequences, which the forward
     // refuses) theirs: WindowFlag, which takes any mask, and the Mods kernel of the call's
-    // modification (kernels/score_mod.h: one alone its own, several ScoreMods).
-    const auto kernel =
+    // modification (kernels/score_mod.h: one alone its own, several ScoreMods); nullptr where this
+    // configuration leaves that kernel out (mods_elsewhere): the call runs the two-consumer one.
+    using Kernel = decltype(&attention_kernel<HEAD_DIM, Cfg, Packed>);
+    const Kernel kernel =
         p.cu_seqlens_q != nullptr ? attention_kernel<HEAD_DIM, Cfg, Packed>
         : p.has_score_mods()
-            ? with_score_mods(
-                  p,
-                  [](auto m) {
-                    // (a kernel mods_elsewhere leaves out never runs: the general one stands in)
-                    using M =
-                        std::conditional_t<mods_elsewhere<HEAD_DIM, Cfg>(decltype(m)::kBits), ScoreMods, decltype(m)>;
-                    return attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag, M>;
-                  })
+            ? with_score_mods(p,
+                              [](auto m) -> Kernel {
+                                if constexpr (mods_elsewhere<HEAD_DIM, Cfg>(decltype(m)::kBits))
+                                  return nullptr;
+                                else
+                                  return attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag, decltype(m)>;
+                              })
         : p.has_window() ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag>
                          : attention_kernel<HEAD_DIM, Cfg, Batched>;
+    if (kernel == nullptr) return launch<HEAD_DIM, TwoConsumers<HEAD_DIM>>(p, stream);
+    constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)
     if (Status st = make_qkv_tile_maps(&maps, p, Cfg::BLOCK_M, Cfg::BLOCK_N); !st.ok()) return st;

@@ -150,7 +150,7 @@ fi
 
 # Part VI's variant table (scripts/variants.py: the score modifications and the window beside the
 # plain call and FlexAttention, forward and backward): only as a phase named in FA_PHASES.
-if [[ " ${FA_PHASES:-} " == *" variants "* ]]; then
+if has variants; then
   echo "== variants.py (score modifications, sliding window; FlexAttention, SDPA cuDNN)"
   # shellcheck disable=SC2086
   python3 scripts/variants.py --fa2 "$build/fa2" --out "$results" --commit "$commit" ${FA_VARIANTS_ARGS:-} \

@@ -71,7 +71,6 @@ std::vector<float> as_float(const GuardedBuffer<bf16>& t) {
   return f;
 }
 
-// ‖got − want‖ / ‖want‖, and no NaN or Inf anywhere.
 // A refused call: unsupported, its message naming `why`.
 void expect_refused(const Status& st, const std::string& why) {
   EXPECT_TRUE(st.unsupported()) << why << ": " << st.message();
@@ -85,6 +84,7 @@ void expect_gradients_untouched(const Gradients& g) {
     for (float x : as_float(*t)) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote a gradient";
 }
 
+// ‖got − want‖ / ‖want‖, and no NaN or Inf anywhere.
 void expect_close(const std::vector<float>& got, const std::vector<double>& want, const char* name,
                   const std::string& where, double limit) {
   ASSERT_EQ(got.size(), want.size()) << name;
