@@ -148,8 +148,17 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     int offset;         // its causal diagonal: key j visible to query i when j <= i + offset
     // A window's range (kFromFirstKey false): the first KV tile visited, and the first fully visible
     // one (tiles before it are masked too). n_blocks counts from `first`. Both 0 for the other masks.
+    // Visited from the last back (kBack), `first` is the last tile.
     int first, first_full;
   };
+  // The KV tiles are visited in key order, the i-th KV tile first + i; ScoreMod::kDiagonalFirst
+  // (one-sided ALiBi, whose bias rises toward the diagonal) visits them from the last back, the
+  // i-th KV tile first − i with `first` the last. Which tiles need the element test is the same.
+  constexpr bool kBack = ScoreMod::kDiagonalFirst;
+  static_assert(!(kBack && (varlen || MaskT::kFromFirstKey)),
+                "visited from the last back: a window's range (a packed sequence's last KV tile is zeroed "
+                "as the last one visited)");
+  auto visited = [](const Work& w, int i) { return MaskT::kFromFirstKey ? i : w.first + (kBack ? -i : i); };
   // The next work tile at or after the scheduler's turn `turn` (advanced past it): a varlen tile
   // past its sequence's last query is no work, and skipped.
   auto work = [&](int& turn) {
@@ -177,11 +186,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       // masked element on, the element test. A window's range starts at `first`, and its tiles
       // before `first_full` are masked too.
       const TileRange range = MaskT::range(params, w.n_kv, w.offset, w.m_start, BLOCK_M, BLOCK_N);
+      w.n_blocks = int(range.end) - (MaskT::kFromFirstKey ? 0 : int(range.first));
       if constexpr (!MaskT::kFromFirstKey) {
-        w.first = int(range.first);
+        w.first = int(range.first) + (kBack ? w.n_blocks - 1 : 0);
         w.first_full = int(range.first_full);
       }
-      w.n_blocks = int(range.end) - (MaskT::kFromFirstKey ? 0 : int(range.first));
       w.first_masked = int(range.end_full);
       return w;
     }
@@ -227,8 +236,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       int turn = 0;  // the scheduler's turns taken (iter counts those handed out)
       for (int iter = 0;; ++iter) {
         const Work w = work(turn);
-        const int first = MaskT::kFromFirstKey ? 0 : w.first;  // the first KV tile visited
-        if (w.n_blocks > 0) load_kv(w, first, pos++);
+        if (w.n_blocks > 0) load_kv(w, visited(w, 0), pos++);
         if (iter > 0) mbarrier_wait(bar(q_empty), (iter - 1) % 2);
         scheduled[iter % 2] = w;
         if (w.bh < 0) {  // no more tiles: the consumers learn it from q_full's next phase
@@ -237,7 +245,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
         }
         ptx::mbarrier_arrive_expect_tx(bar(q_full), BLOCK_M * HEAD_DIM * int(sizeof(bf16)));
         load_tile_tma(q_tile, &maps.q, w.q_row, head_of(w), map_batch(w), bar(q_full));
-        for (int i = 1; i < w.n_blocks; ++i) load_kv(w, first + i, pos++);
+        for (int i = 1; i < w.n_blocks; ++i) load_kv(w, visited(w, i), pos++);
       }
     }
     return;
@@ -258,10 +266,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     Rows m_i = rows(-INFINITY);             // running row max, raw score units
     Rows l_i = rows(0.0f);                  // running row sum over this lane's columns
 
-    // The softmax of the i-th visited S tile (KV tile first + i), lazily rescaled; says whether O
-    // must be rescaled by alpha once the P·V in flight is done.
+    // The softmax of the i-th visited S tile, lazily rescaled; says whether O must be rescaled by
+    // alpha once the P·V in flight is done.
     auto softmax = [&](Acc<BLOCK_N>& s, int i, Rows& alpha) {
-      const int n_block = (MaskT::kFromFirstKey ? 0 : w.first) + i;
+      const int n_block = visited(w, i);
       score_mod(s, row0, n_block * BLOCK_N);
       if (n_block >= w.first_masked || (!MaskT::kFromFirstKey && n_block < w.first_full)) {
         if constexpr (varlen) {
@@ -372,8 +380,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
 // ScoreMods kernel, whose cap and slope tests branch per tile, fits in all of them.)
 template <int HEAD_DIM, typename Cfg>
 constexpr bool mods_elsewhere(unsigned bits) {
-  return HEAD_DIM == 64 && ((Cfg::BLOCK_M == 192 && (bits == kCapMod || bits == (kAlibiMod | kOneSided))) ||
-                            (Cfg::BLOCK_M == 256 && bits == (kAlibiMod | kOneSided)));
+  return HEAD_DIM == 64 && Cfg::BLOCK_M > 128 && (bits == kCapMod || bits == (kAlibiMod | kOneSided));
 }
 template <int HEAD_DIM>
 using TwoConsumers = std::conditional_t<HEAD_DIM == 64, Config<128, 128, 4>, Config<128, 128, 3, RegisterStore>>;
@@ -422,8 +429,8 @@ struct Launcher {
                                               resident, &grid);
         !st.ok())
       return st;
-    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset(), score_mod_args(p), maps,
-                                                     o_map);
+    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, forward_exp2_constant(p), p.causal_offset(), score_mod_args(p),
+                                                     maps, o_map);
     FA_LAUNCH_RETURN();
     return Status::Ok();
   }

@@ -102,24 +102,32 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const TileRange range = MaskT::range(params, offset, m_start, BLOCK_M, BLOCK_N);
   const int first = MaskT::kFromFirstKey ? 0 : int(range.first);
   const int n_blocks = int(range.end) - first;
-  // The loop counts tiles from `first`: tile i is KV tile first + i, masked before full_first_i and
-  // from full_end_i on. A window's first key, key_shift, is folded into K's and V's pointers, the
-  // rows the mask sees and the key bound (its test depends on key − row alone besides the bound),
-  // so that no register holds `first` through the loop (one more cost WindowFlag's kernels a spill).
-  const int full_first_i = MaskT::kFromFirstKey ? 0 : int(range.first_full) - first;
-  const int full_end_i = int(range.end_full) - first;
-  const int key_shift = first * BLOCK_N;
+  // The loop counts tiles from `first`: the i-th visited is KV tile first + i, masked before
+  // full_first_i and from full_end_i on. A window's first key, key_shift, is folded into K's and V's
+  // pointers, the rows the mask sees and the key bound (its test depends on key − row alone besides
+  // the bound), so that no register holds `first` through the loop (one more cost WindowFlag's
+  // kernels a spill). ScoreMod::kDiagonalFirst (one-sided ALiBi, whose bias rises toward the
+  // diagonal) visits the same tiles from the last back: key_shift is then the last tile's first key,
+  // the i-th tile's keys start at −i·BLOCK_N from it, and the fully visible tiles' bounds reflect.
+  // Only a sign changes in the loop (counting i from the end cost a register, and a spill at D = 128).
+  constexpr bool kBack = ScoreMod::kDiagonalFirst;
+  constexpr int kStep = kBack ? -BLOCK_N : BLOCK_N;
+  const int full_first = MaskT::kFromFirstKey ? 0 : int(range.first_full) - first;
+  const int full_end = int(range.end_full) - first;
+  const int full_first_i = kBack ? n_blocks - full_end : full_first;
+  const int full_end_i = kBack ? n_blocks - full_first : full_end;
+  const int key_shift = (first + (kBack ? n_blocks - 1 : 0)) * BLOCK_N;
   const auto element = MaskT::element(params, params.seqlen_kv - key_shift, offset);  // the 32-bit element test
   k_ptr += int64_t(key_shift) * params.k_stride.seq;
   v_ptr += int64_t(key_shift) * params.v_stride.seq;
   const int kv_left = n_kv - key_shift, mask_row0 = row0 - key_shift;  // keys from key_shift; rows shifted alike
 
-  // KV tile `first + i` lives in ring slot i % STAGES, K first.
+  // The i-th visited KV tile lives in ring slot i % STAGES, K first.
   auto k_tile_of = [&](int i) { return next_tile(kv_ring, 2 * (i % STAGES)); };
   auto v_tile_of = [&](int i) { return next_tile(kv_ring, 2 * (i % STAGES) + 1); };
   // Issues the copies of the i-th visited KV tile into its ring slot (rows past N_kv arrive as zeros).
   auto load_kv = [&](int i) {
-    const int n_start = i * BLOCK_N;  // from key_shift
+    const int n_start = i * kStep;  // from key_shift
     const int kv_rows = min(BLOCK_N, kv_left - n_start);
     load_tile_async<NUM_THREADS>(k_tile_of(i), k_ptr + n_start * params.k_stride.seq, params.k_stride.seq, kv_rows);
     load_tile_async<NUM_THREADS>(v_tile_of(i), v_ptr + n_start * params.v_stride.seq, params.v_stride.seq, kv_rows);
@@ -149,9 +157,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
 
   // ---- KV loop
   for (int i = 0; i < n_blocks; ++i) {
-    const int n_start = i * BLOCK_N;  // keys from key_shift: key_shift + n_start is the tile's first
-    cp_async_wait<STAGES - 2>();      // tile i has landed (this thread's copies)
-    __syncthreads();                  // everyone's; and every warp is done reading tile i-1
+    const int n_start = i * kStep;  // keys from key_shift: key_shift + n_start is the tile's first
+    cp_async_wait<STAGES - 2>();    // tile i has landed (this thread's copies)
+    __syncthreads();                // everyone's; and every warp is done reading tile i-1
     if (i + STAGES - 1 < n_blocks) load_kv(i + STAGES - 1);  // into the slot just freed
     cp_async_commit();
     const SmemTile<BLOCK_N, Layout> k_tile = k_tile_of(i), v_tile = v_tile_of(i);
@@ -220,7 +228,7 @@ struct Launcher {
     if (Status st = GridScheduler::grid({int(cdiv(p.seqlen_q, Cfg::BLOCK_M)), p.batch * p.heads_q, p.causal}, 0, &grid);
         !st.ok())
       return st;
-    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, scale_log2(p), p.causal_offset(), score_mod_args(p));
+    kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(p, forward_exp2_constant(p), p.causal_offset(), score_mod_args(p));
     FA_LAUNCH_RETURN();
     return Status::Ok();
   }

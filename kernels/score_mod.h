@@ -45,24 +45,33 @@
 
 namespace fa::kernels {
 
-/// tanh as 1 − 2/(e^(2x) + 1): the exp2 on the special-function unit, the reciprocal on the FMA
-/// units (an integer first guess good to 5 %, then three Newton steps r ← r + r·(1 − y·r), each
-/// squaring the error: 2.6e-3, 6.6e-6, 6e-8). An absolute error of about 2e-7. The special-function
-/// unit does a quarter of the FMA units' work per clock and the softmax's exp2 already keeps it half
-/// busy at D = 128: with its reciprocal there too (`__fdividef`), a capped score took three of its
-/// slots, and the kernel ran at half the plain call's speed. (`tanh.approx.f32`, one slot, has a
-/// relative error of up to 2^-11: under a cap of 50, logits moved by up to 0.025, six times the bf16
-/// rounding of P.) x is clamped above at 15, where tanh is 1 in fp32, so that e^(2x) never
-/// overflows (below, e^(2x) → 0 and the result → −1). std::tanh on the host. The forward and the
-/// backward's recomputation run the same instructions on the same score, so P agrees with the LSE
-/// the forward stored.
+/// −1/(2^z + 1), the kernels' way to tanh (tanh x = 1 − 2/(e^(2x) + 1)): the exp2 on the special-function unit, the reciprocal on
+/// the FMA units (an integer first guess good to 5 %, then two Newton steps r ← r + r·(1 − y·r),
+/// each squaring the error: 2.6e-3, then 6.6e-6, always from below). z is clamped at 64, where the
+/// result is 5e-20, so that 2^z never overflows (below, 2^z → 0 and the result → 1). The special-
+/// function unit does a quarter of the FMA units' work per clock and the softmax's exp2 already
+/// keeps it half busy at D = 128: with the reciprocal there too (`__fdividef`), a capped score took
+/// three of its slots. (`tanh.approx.f32`, one slot, has a relative error of up to 2^-11: under a cap
+/// of 50, logits moved by up to 0.025, six times the bf16 rounding of P.) A third Newton step (to
+/// 9e-8) cost the capped forward two instructions an element, 10 % of its issue slots (run V in
+/// docs/production_layer.md).
+#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ float minus_recip_exp2_plus_one(float z) {
+  const float y = ptx::exp2_approx(fminf(z, 64.0f)) + 1.0f;  // in [1, 2^64]
+  float r = __int_as_float(0x7EF311C3 - __float_as_int(y));  // 1/y to 5 %
+  r = fmaf(r, fmaf(-y, r, 1.0f), r);
+  return fmaf(-r, fmaf(-y, r, 1.0f), -r);  // the sign in the last step's operands: no instruction
+}
+#endif
+
+/// tanh x = 1 − 2/(e^(2x) + 1), to an absolute error of 1.3e-5 (twice the reciprocal's relative
+/// one): under a cap of 50 a logit moves by at most 6.6e-4, a third of the bf16 rounding of P.
+/// std::tanh on the host. The forward and the backward's recomputation run the same instructions
+/// on the same score (the Softcap kernel's are the same with the cap folded into the exp2's
+/// constant), so P agrees with the LSE the forward stored.
 FA_HD float tanh_fast(float x) {
 #if defined(__CUDA_ARCH__)
-  const float y = ptx::exp2_approx(fminf(x, 15.0f) * 2.8853900817779268f) + 1.0f;  // e^(2x) + 1, in [1, 1.1e13]
-  float r = __int_as_float(0x7EF311C3 - __float_as_int(y));                        // 1/y to 5 %
-#pragma unroll
-  for (int i = 0; i < 3; ++i) r = fmaf(r, fmaf(-y, r, 1.0f), r);
-  return fmaf(-2.0f, r, 1.0f);
+  return fmaf(2.0f, minus_recip_exp2_plus_one(x * 2.8853900817779268f), 1.0f);  // 2x·log₂ e
 #else
   return std::tanh(x);
 #endif
@@ -85,6 +94,7 @@ FA_HD float log2_fast(float x) {
 struct ScoreModArgs {
   float cap = 0.0f;         // softcap / scale; 0: no cap
   float inv_cap = 0.0f;     // scale / softcap
+  float cap_z = 0.0f;       // 2·log₂ e · scale / softcap: raw s → z, where e^(2·scale·s/softcap) = 2^z
   float inv_scale = 0.0f;   // 1 / scale: an ALiBi slope or a sink logit into raw units
   float inv_c = 0.0f;       // 1 / c, c = scale·log₂ e
   float scale_log2 = 0.0f;  // c
@@ -97,6 +107,7 @@ inline ScoreModArgs score_mod_args(const AttentionParams& p) {
   if (p.softcap > 0.0f) {
     a.cap = p.softcap / scale;
     a.inv_cap = scale / p.softcap;
+    a.cap_z = 2.0f * 1.4426950408889634f * a.inv_cap;
   }
   a.inv_scale = 1.0f / scale;
   a.scale_log2 = scale * 1.4426950408889634f;
@@ -107,6 +118,7 @@ inline ScoreModArgs score_mod_args(const AttentionParams& p) {
 
 struct Identity {
   static constexpr bool kActive = false;
+  static constexpr bool kDiagonalFirst = false;  // the kernels visit a Q tile's KV tiles in key order
 #if defined(__CUDACC__)
   __device__ __forceinline__ static Identity make(const AttentionParams&, const ScoreModArgs&, int64_t /*b*/,
                                                   int64_t /*h*/) {
@@ -164,6 +176,18 @@ struct Mods {
   static constexpr bool kCap = (M & kCapMod) != 0, kAlibi = (M & kAlibiMod) != 0, kSinks = (M & kSinksMod) != 0;
   static constexpr bool kLinear = (M & kOneSided) != 0;
   static_assert(!kLinear || M == (kAlibiMod | kOneSided), "one-sided ALiBi is a kernel of its own");
+  /// One-sided ALiBi's kernel visits a Q tile's KV tiles from the diagonal back to the first key.
+  /// Every row's bias is largest at its last visible key, so the first tile holds each row's largest
+  /// biases and the row max seldom moves after it; in key order it climbed by slope·BLOCK_N (184·slope
+  /// in exp2 units for 128 keys) on every tile, past the lazy rescale's threshold for most heads, and
+  /// each such tile rescaled O after waiting for the P·V in flight.
+  static constexpr bool kDiagonalFirst = kLinear;
+  /// The cap alone: the kernel's scores leave the hook as v = −1/(e^(2x) + 1) in [−1, 0], where x is
+  /// the scaled score over the cap and tanh x = 1 + 2v, so the capped logit is softcap·(1 + 2v). The
+  /// cap's multiply and tanh's final 1 − 2r fold into the softmax's exp2 constant (exp2_constant:
+  /// 2·softcap·log₂ e, with v's row max), and the 1 into finish(), which adds 1/2 to the max:
+  /// two instructions an element fewer than cap·tanh_fast(x).
+  static constexpr bool kCapUnits = M == kCapMod;
   ScoreModArgs a;
   float slope = 0.0f;
 
@@ -208,6 +232,12 @@ struct Mods {
 #endif
   }
 
+  /// The exp2 constant c the kernel's softmax takes, P = 2^(c·(s − m)): scale·log₂ e on raw
+  /// scores, 2·softcap·log₂ e on kCapUnits' v.
+  static float exp2_constant(const AttentionParams& p) {
+    return (kCapUnits ? 2.0f * p.softcap : p.effective_scale()) * 1.4426950408889634f;
+  }
+
 #if defined(__CUDACC__)
   /// Batch b, query head h's.
   __device__ __forceinline__ static Mods make(const AttentionParams& p, const ScoreModArgs& args, int64_t b,
@@ -245,6 +275,13 @@ struct Mods {
   template <int N>
   __device__ __forceinline__ void operator()(tile::Acc<N>& s, int row0, int col0) const {
     if constexpr (!kCap && !kAlibi) return;  // sinks alone: nothing on the scores
+    if constexpr (kCapUnits) {
+#pragma unroll
+      for (int f = 0; f < N / 8; ++f)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s.c[f][e] = minus_recip_exp2_plus_one(s.c[f][e] * a.cap_z);
+      return;
+    }
     const int lane = tile::lane_id();
     if constexpr (kLinear) {
       const float b0 = slope * float(col0 + ptx::mma_c_col(lane, 0) - row0 - a.offset);
@@ -306,6 +343,11 @@ struct Mods {
       for (int r = 0; r < 2; ++r) m.r[r] -= slope * float(ptx::mma_c_row(tile::lane_id(), 2 * r));
       return;
     }
+    if constexpr (kCapUnits) {  // v's max → the capped logit's, in units of exp2_constant: 1 + 2v = 2(v + 1/2)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) m.r[r] += 0.5f;  // a row with no key keeps −inf
+      return;
+    }
     if (!kSinks || p.sinks == nullptr) return;
     const float sink = p.sinks[h] * a.inv_scale;
     tile::Rows alpha;
@@ -337,6 +379,13 @@ decltype(auto) with_score_mods(const AttentionParams& p, F&& f) {
     default:
       return f(ScoreMods{});
   }
+}
+
+/// The exp2 constant of the forward kernel that serves call p (with_score_mods' choice): the
+/// call's scale·log₂ e, or the Softcap kernel's (Mods::kCapUnits).
+inline float forward_exp2_constant(const AttentionParams& p) {
+  if (!p.has_score_mods()) return p.effective_scale() * 1.4426950408889634f;
+  return with_score_mods(p, [&](auto m) { return decltype(m)::exp2_constant(p); });
 }
 
 /// f(mask, mod), default-constructed policies, for the backward kernel of call p: WindowFlag (any
