@@ -50,4 +50,12 @@ struct PackedCausalMask {
   }
 };
 
+/// WindowMask (device/mask.h: the causal flag and a sliding window) on packed rows: row r is query
+/// r / pack. The production decode kernel's.
+struct PackedWindowMask {
+  WindowMask mask;
+  int pack;
+  FA_HD bool operator()(int row, int col) const { return mask(packed_query(row, pack), col); }
+};
+
 }  // namespace fa

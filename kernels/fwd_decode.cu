@@ -181,17 +181,20 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
                         : kv_seq.length;
   const int64_t offset_all = sequence_causal_offset(params, n_q, n_kv_all);
   const bool causal = params.causal;
-  // The tile's KV range is its queries' (CausalFlag's rule on query rows), split S ways; from the
-  // range's first key on, K, V and the mask count from that key.
+  // The tile's KV range is its queries' (the causal flag and the sliding window on query rows:
+  // tiles [begin, end), masked before first_full and from end_full on), split S ways; from the
+  // block's first key on, K, V and the mask count from that key.
   const QueryRange queries = packed_tile_queries(m_start, BLOCK_M, n_rows, pack);
-  const int n_blocks_all = kv_tile_end(queries.first, queries.count, BLOCK_N, n_kv_all, causal, offset_all);
-  const int per_split = SPLIT ? (cdiv(n_kv_all, BLOCK_N) + splits - 1) / splits : n_blocks_all;
-  const int n_begin = split * per_split, key0 = n_begin * BLOCK_N;
+  const KvTileSpan span = kv_tile_span(queries.first, queries.count, BLOCK_N, n_kv_all, causal, offset_all,
+                                       params.window_left, params.window_right);
+  const int per_split = SPLIT ? (span.end - span.begin + splits - 1) / splits : span.end - span.begin;
+  const int n_begin = span.begin + split * per_split, key0 = n_begin * BLOCK_N;
   const int n_kv = n_kv_all - key0;
   const int64_t offset = offset_all - key0;
-  const int n_blocks = SPLIT ? max(0, min(n_blocks_all, n_begin + per_split) - n_begin) : n_blocks_all;
-  const int first_masked =
-      max(0, kv_tile_first_masked(queries.first, queries.count, BLOCK_N, n_kv_all, causal, offset_all) - n_begin);
+  const int n_blocks = max(0, min(span.end, n_begin + per_split) - n_begin);
+  // The block's tiles [0, full_from) and [full_end, n_blocks) need the element test.
+  const int full_from = span.first_full - n_begin, full_end = max(0, span.end_full - n_begin);
+  const PackedWindowMask mask{WindowMask(n_kv, causal, offset, params.window_left, params.window_right), pack};
   const int64_t q_at = sequence_offset(params.q_stride, b, q_seq, varlen);
   const int64_t o_at = sequence_offset(params.o_stride, b, q_seq, varlen);
   const int64_t k_at = sequence_offset(params.k_stride, b, kv_seq, varlen);
@@ -282,8 +285,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
     for (int t = 0; t < M_TILES; ++t) {
       if constexpr (MODS)
         packed_score_mods(s[t], mods, slope[t], row0 + kMmaRows * t, key0 + n_start + warp_key, pack, alibi_offset);
-      if (n_block >= first_masked)
-        apply_mask(s[t], row0 + kMmaRows * t, n_start + warp_key, PackedCausalMask{n_kv, causal, offset, pack});
+      if (n_block >= full_end || n_block < full_from) apply_mask(s[t], row0 + kMmaRows * t, n_start + warp_key, mask);
       const Rows m_new = row_max(s[t], m_i[t]);
       if (any_max_moved(m_i[t], m_new, scale_log2, Cfg::RESCALE_THRESHOLD)) {
         const Rows alpha = rescale_factor(m_i[t], scale_log2, exp2_offset(m_new, scale_log2));
@@ -533,6 +535,14 @@ int pack_of(const AttentionParams& p) {
   return p.seqlen_q * g <= kTileMaxSeqlen ? int(g) : 1;
 }
 
+// The keys a Q tile reads at most: N_kv, or with a sliding window bounded on both sides (the causal
+// flag bounds the right) its width plus the call's queries.
+int64_t tile_keys(const AttentionParams& p) {
+  const int64_t right = p.causal ? 0 : p.window_right;
+  if (p.window_left < 0 || right < 0) return p.seqlen_kv;
+  return std::min(p.seqlen_kv, p.window_left + right + p.seqlen_q);
+}
+
 // The split count for call p with this configuration (library/split_kv.h): the call's, else (0,
 // with a workspace) the wave-fill heuristic's on the split kernel's slots, cut to what the workspace
 // holds; 1 without a workspace.
@@ -542,7 +552,7 @@ Status choose_splits(const AttentionParams& p, int* splits) {
   return split_count(p, reinterpret_cast<const void*>(decode_kernel<HEAD_DIM, Cfg, true, Batched>), Cfg::NUM_THREADS,
                      Cfg::template smem_bytes<HEAD_DIM>(),
                      cdiv(p.seqlen_q * pack, Cfg::BLOCK_M) * p.batch * (p.heads_q / pack),
-                     cdiv(p.seqlen_kv, Cfg::BLOCK_N), splits, kDecodeSplitRule);
+                     cdiv(tile_keys(p), Cfg::BLOCK_N), splits, kDecodeSplitRule);
 }
 
 // Launches kernel(args...) on the stream; with `early`, as a programmatic dependent launch where the
@@ -630,7 +640,6 @@ const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
 
 bool accepts(const AttentionParams& p, bool prefill_varlen) {
   if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0 || !head_dim_built(int(p.head_dim))) return false;
-  if (p.has_window()) return false;  // no window here yet: the prefill kernel's window kernels take it
   if (p.head_dim != 64 && p.head_dim != 128) return false;
   const int64_t rows = p.seqlen_q * (p.heads_q / p.heads_kv);
   // Packed sequences: the decode-sized ones, and all of them where the prefill kernel reads none.
@@ -647,12 +656,13 @@ bool accepts(const AttentionParams& p, bool prefill_varlen) {
 Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool prefill_varlen) {
   *taken = accepts(p, prefill_varlen);
   if (*taken) return forward(p, stream);
-  if (p.has_score_mods() && p.cu_seqlens_q != nullptr)
-    return Status::Unsupported(
-        "softcap, ALiBi and sinks with packed sequences (cu_seqlens) are taken by the decode kernel alone, for "
-        "calls of at most " +
-        std::to_string(kMaxPackedRows) + " query rows per KV head (N_q·H_q/H_kv); this call has " +
-        std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv)));
+  if ((p.has_score_mods() || p.has_window()) && p.cu_seqlens_q != nullptr)
+    return Status::Unsupported(std::string(p.has_score_mods() ? "softcap, ALiBi and sinks" : "a sliding window") +
+                               " with packed sequences (cu_seqlens) are taken by the decode kernel alone, for "
+                               "calls of at most " +
+                               std::to_string(kMaxPackedRows) +
+                               " query rows per KV head (N_q·H_q/H_kv); this call has " +
+                               std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv)));
   if (p.cu_seqlens_q != nullptr && !prefill_varlen)  // only this kernel reads the offsets, not the prefill kernel
     return Status::Unsupported(
         "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 64 "

@@ -45,14 +45,13 @@
 
 namespace fa::kernels {
 
-/// −1/(2^z + 1), the kernels' way to tanh (tanh x = 1 − 2/(e^(2x) + 1)): the exp2 on the special-function unit, the reciprocal on
-/// the FMA units (an integer first guess good to 5 %, then two Newton steps r ← r + r·(1 − y·r),
-/// each squaring the error: 2.6e-3, then 6.6e-6, always from below). z is clamped at 64, where the
-/// result is 5e-20, so that 2^z never overflows (below, 2^z → 0 and the result → 1). The special-
-/// function unit does a quarter of the FMA units' work per clock and the softmax's exp2 already
-/// keeps it half busy at D = 128: with the reciprocal there too (`__fdividef`), a capped score took
-/// three of its slots. (`tanh.approx.f32`, one slot, has a relative error of up to 2^-11: under a cap
-/// of 50, logits moved by up to 0.025, six times the bf16 rounding of P.) A third Newton step (to
+/// −1/(2^z + 1), the kernels' way to tanh (tanh x = 1 − 2/(e^(2x) + 1)): the exp2 on the special-function unit, the
+/// reciprocal on the FMA units (an integer first guess good to 5 %, then two Newton steps r ← r + r·(1 − y·r), each
+/// squaring the error: 2.6e-3, then 6.6e-6, always from below). z is clamped at 64, where the result is 5e-20, so that
+/// 2^z never overflows (below, 2^z → 0 and the result → 1). The special- function unit does a quarter of the FMA units'
+/// work per clock and the softmax's exp2 already keeps it half busy at D = 128: with the reciprocal there too
+/// (`__fdividef`), a capped score took three of its slots. (`tanh.approx.f32`, one slot, has a relative error of up to
+/// 2^-11: under a cap of 50, logits moved by up to 0.025, six times the bf16 rounding of P.) A third Newton step (to
 /// 9e-8) cost the capped forward two instructions an element, 10 % of its issue slots (run V in
 /// docs/production_layer.md).
 #if defined(__CUDA_ARCH__)

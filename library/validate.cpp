@@ -279,9 +279,10 @@ Status check_append(const AttentionParams& p, const Capabilities& caps) {
   return Status::Ok();
 }
 
-// A sliding window: each side −1 (unbounded) or a key count, a step that takes one, and none of the
-// per-sequence options beside it (their kernels, the decode kernel's, take no window yet): a call
-// the library cannot honour is refused, never run without its window.
+// A sliding window: each side −1 (unbounded) or a key count, and a step that takes one: a call the
+// library cannot honour is refused, never run without its window. With the per-sequence options
+// (lengths, pages, packed sequences, an append, splits) the production decode kernel takes it; a
+// step without those options refuses them by their own capabilities.
 Status check_window(const AttentionParams& p, const Capabilities& caps) {
   if (p.window_left < -1 || p.window_right < -1)
     return fail("window_left and window_right must be -1 (unbounded) or >= 0 (got " + std::to_string(p.window_left) +
@@ -290,10 +291,6 @@ Status check_window(const AttentionParams& p, const Capabilities& caps) {
   if (!caps.sliding_window)
     return fail("this step has no sliding window: window_left and window_right must be -1 (got " +
                 std::to_string(p.window_left) + ", " + std::to_string(p.window_right) + ")");
-  if (p.seqlens_kv || p.block_table || p.cu_seqlens_q || p.k_new || p.num_splits > 1)
-    return fail(
-        "a sliding window is taken on (B, H, N, D) calls: not yet with seqlens_kv, a block table, "
-        "variable-length sequences, an append or a split (num_splits > 1)");
   return Status::Ok();
 }
 
@@ -302,9 +299,9 @@ Status check_window(const AttentionParams& p, const Capabilities& caps) {
 Status check_score_mods(const AttentionParams& p, const Capabilities& caps) {
   if (!(p.softcap >= 0.0f) || !std::isfinite(p.softcap))
     return fail("softcap must be 0 (off) or positive and finite (got " + std::to_string(p.softcap) + ")");
-  // The kernels' tanh (1 − 2/(e^2x + 1)) errs by about 1e-7 absolute, so the capped score by about
-  // 1e-7·softcap: 1e-3 at the limit, below a bf16 logit's rounding. Past it the error grows with
-  // the cap (every score 0 by 1e9), and a cap that large changes no score a softmax could see.
+  // The kernels' tanh (1 − 2/(e^2x + 1), kernels/score_mod.h) errs by about 1.3e-5 absolute, so the
+  // capped score by about 1.3e-5·softcap: 1.3e-2 at the limit, a bf16 logit's rounding. Past it the
+  // error grows with the cap (every score 0 by 1e9); a cap of 1000 moves a score of 20 by 3e-3.
   if (p.softcap > kMaxSoftcap)
     return fail("softcap must be at most " + std::to_string(int(kMaxSoftcap)) + " (got " + std::to_string(p.softcap) +
                 "): a cap that large changes no score by more than bf16's rounding; pass 0 for no cap");

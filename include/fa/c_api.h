@@ -186,7 +186,7 @@ typedef struct fa_attention_params {
   int64_t window_left;   ///< keys before the diagonal a row sees, or −1 (unbounded)
   int64_t window_right;  ///< keys after the diagonal a row sees, or −1 (unbounded)
   /// Score modifications (version 9; fa::AttentionParams says where each applies): a logit
-  /// softcap on the scaled score (0: none; at most 10000; flash-attn's `softcap`), ALiBi slopes (fp32 device memory,
+  /// softcap on the scaled score (0: none; at most 1000; flash-attn's `softcap`), ALiBi slopes (fp32 device memory,
   /// slope alibi_slopes[b·alibi_slopes_stride_batch + h]: stride 0 for one per head, H_q for one per
   /// (batch, head); flash-attn's `alibi_slopes`), and a sink logit per query head (fp32 device memory,
   /// H_q floats; flash-attn's `learnable_sink`). Zero / NULL: none. Steps without them refuse them.

@@ -254,8 +254,9 @@ inline size_t backward_workspace_bytes(const AttentionParams& p) {
 constexpr int kMaxKvSplits = 64;
 
 /// @brief The largest softcap a call may ask for (AttentionParams::softcap): the kernels' tanh is exact to
-/// about 1e-7 absolute, so a capped score to about 1e-7·softcap, 1e-3 here.
-constexpr float kMaxSoftcap = 10000.0f;
+/// about 1.3e-5 absolute, so a capped score to about 1.3e-5·softcap, 1.3e-2 here (a bf16 logit of 4
+/// rounds by as much).
+constexpr float kMaxSoftcap = 1000.0f;
 
 /// @brief The split-KV forward's workspace: S partial outputs, fp32 (S, B, H_q, N_q, D), each
 /// normalised over its own range of keys, then their LSEs, fp32 (S, B, H_q, N_q) (−inf for a range

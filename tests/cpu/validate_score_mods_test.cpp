@@ -58,7 +58,7 @@ TEST(ValidateScoreMods, MalformedOnesAreRefusedByEveryStep) {
   for (const float cap : {kMaxSoftcap * 1.001f, 1e9f, 3e38f}) {  // tanh's absolute error times the cap
     AttentionParams p = call();
     p.softcap = cap;
-    expect_refused(p, true, "softcap must be at most 10000");
+    expect_refused(p, true, "softcap must be at most 1000 ");
   }
   AttentionParams p = call();
   p.alibi_slopes = static_cast<const float*>(stand_in(20));

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/check.h"
@@ -57,10 +58,16 @@ inline std::vector<int32_t> offsets(const std::vector<int32_t>& lengths) {
 // Runs the step on sequences of `q_len[b]` queries and `kv_len[b]` keys (longest: the largest plus
 // `slack`), with num_splits (0: no workspace; S > 1: that many with one), and checks each sequence.
 // `config`: run that configuration of the step's own tuner (Tuner::run_config, no routing), else
-// the step's forward.
+// the step's forward. `window`: a sliding window (left, right) on every sequence. `refusal`: the
+// call must be refused with a message holding it, and O and the LSE left as they were.
+struct VarlenOptions {
+  std::pair<int64_t, int64_t> window{-1, -1};
+  std::string refusal;
+};
 inline void expect_varlen_matches(const std::vector<int32_t>& q_len, const std::vector<int32_t>& kv_len,
                                   int64_t heads_q, int64_t heads_kv, int64_t d, bool causal, int num_splits,
-                                  int slack = 0, bool rows_past_last = false, const std::string& config = "") {
+                                  int slack = 0, bool rows_past_last = false, const std::string& config = "",
+                                  const VarlenOptions& options = {}) {
   const int64_t B = int64_t(q_len.size());
   const std::vector<int32_t> cu_q = offsets(q_len), cu_kv = offsets(kv_len);
   const int64_t total_q = cu_q.back(), total_kv = cu_kv.back();
@@ -89,6 +96,7 @@ inline void expect_varlen_matches(const std::vector<int32_t>& q_len, const std::
   p.causal = causal, p.causal_align = CausalAlign::bottom_right;
   p.cu_seqlens_q = cu_q_dev.get(), p.cu_seqlens_kv = cu_kv_dev.get();
   p.total_q = call_q, p.total_kv = call_kv;
+  p.window_left = options.window.first, p.window_right = options.window.second;
   const size_t ws_bytes = split_kv_workspace_bytes(p, num_splits);
   DeviceBuffer<unsigned char> ws(ws_bytes);
   if (num_splits > 1) {
@@ -97,14 +105,22 @@ inline void expect_varlen_matches(const std::vector<int32_t>& q_len, const std::
   }
   const Status st = config.empty() ? the_step().forward(p, nullptr)
                                    : tuner::find_tuner(the_step().number)->run_config(p, config, nullptr);
-  ASSERT_TRUE(st.ok()) << st.message();
   FA_CUDA_CHECK(cudaDeviceSynchronize());
+  if (!options.refusal.empty()) {
+    ASSERT_FALSE(st.ok()) << "the call was to be refused (" << options.refusal << ")";
+    EXPECT_NE(st.message().find(options.refusal), std::string::npos) << st.message();
+    for (uint16_t x : o_dev.download()) ASSERT_EQ(x, 0xFFFF) << "a refused call wrote O";
+    for (float x : lse_dev.download()) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote the LSE";
+    return;
+  }
+  ASSERT_TRUE(st.ok()) << st.message();
 
   std::string lens;
   for (int64_t b = 0; b < B; ++b)
     lens += std::to_string(q_len[size_t(b)]) + "/" + std::to_string(kv_len[size_t(b)]) + " ";
   SCOPED_TRACE("lengths (q/kv) " + lens + "H " + std::to_string(heads_q) + "/" + std::to_string(heads_kv) + " D " +
-               std::to_string(d) + (causal ? " causal" : "") + ", num_splits " + std::to_string(num_splits));
+               std::to_string(d) + (causal ? " causal" : "") + ", num_splits " + std::to_string(num_splits) +
+               ", window (" + std::to_string(p.window_left) + ", " + std::to_string(p.window_right) + ")");
   const std::vector<uint16_t> o_bits = o_dev.download();
   const std::vector<float> lse_all = lse_dev.download();
   std::vector<float> out, out_lse;  // the kernel's, in the reference's per-sequence (H, N_q, D) order

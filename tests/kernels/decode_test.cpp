@@ -4,8 +4,8 @@
 // (tests/gpu/split_kv_check.h): every group size, both head dims and layouts, causal rows in both
 // alignments, rows that see no key, the kernel's own split count; a split, lengths per sequence or
 // pages asked of a call the decode kernel does not take are refused with nothing written; describe
-// names the decode kernel for the calls it takes; the score modifications. Steps 29 and 30's ragged
-// and paged cache tests run through both kernels too.
+// names the decode kernel for the calls it takes; the score modifications; sliding windows. Steps
+// 29 and 30's ragged and paged cache tests run through both kernels too.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -15,6 +15,7 @@
 
 #include "kernels/kernels.h"
 #include "tests/gpu/split_kv_check.h"
+#include "tests/gpu/varlen_check.h"
 
 namespace fa {
 namespace {
@@ -105,6 +106,51 @@ TEST(Decode, ScoreMods) {
         ++runs;
       }
   EXPECT_GT(runs, 0);
+}
+
+// A sliding window in the decode kernel (flash-attn's window_size; a model's local layers while it
+// generates): a block reads only its share of the window's tiles (kv_tile_span), masked at both
+// ends, split or not. Windows narrower than a tile and wider than a split's range, the diagonal key
+// alone, both sides without the causal flag (either alignment), speculative rows, rows that see no
+// key, and with the score modifications; every configuration of the decode kernel.
+TEST(Decode, SlidingWindow) {
+  FA_REQUIRE_GPU();
+  auto window = [](ProblemShape s, int64_t left, int64_t right) {
+    s.window_left = left, s.window_right = right;
+    return s;
+  };
+  const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionDecode);
+  ASSERT_NE(t, nullptr);
+  int runs = 0;
+  for (int64_t d : testing::the_step().caps.head_dims)
+    for (const std::string& config : t->config_names(int(d)))
+      for (int splits : {1, 4}) {
+        auto check = [&](const ProblemShape& s) { expect_split_matches(s, splits, 4, t, config); };
+        check(window(split_shape(2, 32, 8, 1, 1000, d, true), 100, 0));
+        check(window(split_shape(1, 8, 2, 1, 3000, d, true), 1000, 0));
+        check(window(split_shape(2, 32, 8, 1, 1000, d, true), 0, 0));
+        check(window(split_shape(2, 16, 2, 5, 777, d, true), 31, 0));
+        check(window(split_shape(2, 16, 4, 1, 900, d), 200, 50));
+        check(window(split_shape(2, 16, 4, 3, 900, d, false, CausalAlign::top_left), 5, 300));
+        check(window(split_shape(1, 8, 2, 9, 5, d, true), 2, 0));  // bottom-right, N_q > N_kv
+        ProblemShape m = window(split_shape(2, 16, 4, 2, 1000, d, true), 300, 0);
+        m.softcap = 20.0f, m.alibi = ProblemShape::Alibi::per_head, m.sinks = true;
+        check(m);
+        ++runs;
+      }
+  EXPECT_GT(runs, 0);
+}
+
+// A window on packed sequences longer than a decode: kernel 100's decode kernel reads every packed
+// call and takes it; kernel 101's packed prefill instantiation has no window, and the call is
+// refused by name with nothing written (the library's choice then runs it on kernel 100).
+TEST(Decode, SlidingWindowOnLongPackedSequences) {
+  FA_REQUIRE_GPU();
+  testing::VarlenOptions window;
+  window.window = {128, 0};
+  if (testing::the_step().number == kernels::kProductionHopper) window.refusal = "a sliding window with packed";
+  for (int64_t d : testing::the_step().caps.head_dims)
+    testing::expect_varlen_matches({300, 37, 520, 129}, {400, 37, 520, 641}, 4, 2, d, true, 0, 0, false, "", window);
 }
 
 TEST(Decode, BnhdLayout) {

@@ -89,6 +89,26 @@ TEST(RaggedCache, ScoreModsToEachLength) {
   for (float x : prob.output_bhnd()) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote O";
 }
 
+// A sliding window on a ragged cache (the production kernels'): each sequence's window ends at its
+// own length's diagonal, split or not; lengths shorter than the window, and none. A step without a
+// window refuses the call by name, with nothing written.
+TEST(RaggedCache, SlidingWindowToEachLength) {
+  FA_REQUIRE_GPU();
+  ProblemShape s = shape(4, 16, 4, 2, 800, 128, true);
+  s.window_left = 50, s.window_right = 0;
+  if (testing::the_step().caps.sliding_window) {
+    for (int splits : {1, 4}) expect_ragged_matches(s, {2, 100, 0, 777}, splits);
+    return;
+  }
+  s.with_lse = testing::the_step().caps.lse;
+  AttentionProblem prob(s);
+  const Status st = testing::the_step().forward(prob.params(), nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_FALSE(st.ok()) << "a step without a sliding window took one";
+  EXPECT_NE(st.message().find("sliding window"), std::string::npos) << st.message();
+  for (float x : prob.output_bhnd()) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote O";
+}
+
 TEST(RaggedCache, SpeculativeRowsBottomRightToEachLength) {
   FA_REQUIRE_GPU();
   // 4 new rows per sequence: row i sees keys up to i + len − 4. With len = 3 the first row sees none.

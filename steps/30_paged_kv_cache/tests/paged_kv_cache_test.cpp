@@ -104,6 +104,26 @@ TEST(PagedCache, SpeculativeRowsWithoutLengths) {
   for (int splits : {1, 4}) expect_paged_matches(shape(3, 16, 4, 4, 777, 128, true), 32, {}, splits);
 }
 
+// A sliding window over a paged cache (the production kernels'): the window starts inside a page
+// (pages of 16 keys, and of 64, one K/V tile), ends at each sequence's own length, split or not. A
+// step without a window refuses the call by name, with nothing written.
+TEST(PagedCache, SlidingWindowOverPages) {
+  FA_REQUIRE_GPU();
+  ProblemShape s = shape(3, 16, 4, 2, 777, 128, true);
+  s.window_left = 100, s.window_right = 0;
+  if (testing::the_step().caps.sliding_window) {
+    for (int64_t page : {16, 64})
+      for (int splits : {1, 3}) expect_paged_matches(s, page, {777, 50, 300}, splits);
+    return;
+  }
+  AttentionProblem prob(s);
+  const Status st = testing::the_step().forward(prob.params(), nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_FALSE(st.ok()) << "a step without a sliding window took one";
+  EXPECT_NE(st.message().find("sliding window"), std::string::npos) << st.message();
+  for (float x : prob.output_bhnd()) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote O";
+}
+
 TEST(PagedCache, MultiHeadAttentionOnePage) {
   FA_REQUIRE_GPU();
   // H_kv = H_q (no packing) and a page as large as the capacity: one page per sequence.

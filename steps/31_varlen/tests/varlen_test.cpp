@@ -45,5 +45,18 @@ TEST(Varlen, DecodeRowsSplit) {
     for (int splits : {1, 3, 24}) expect_varlen_matches({1, 4, 1, 2}, {1000, 77, 1, 4096}, 32, 8, d, true, splits);
 }
 
+// A sliding window on packed sequences (a padded batch of a model with local layers, unpadded):
+// decode-sized rows, split or not, each sequence's window at its own diagonal (the production
+// kernels' decode kernel). A step without a window refuses it by name, with nothing written.
+TEST(Varlen, SlidingWindowDecodeRows) {
+  FA_REQUIRE_GPU();
+  testing::VarlenOptions window;
+  window.window = {100, 0};
+  if (!testing::the_step().caps.sliding_window) window.refusal = "sliding window";
+  for (int64_t d : {64, 128})
+    for (int splits : {1, 3})
+      expect_varlen_matches({1, 4, 1, 2}, {1000, 77, 1, 4096}, 32, 8, d, true, splits, 0, false, "", window);
+}
+
 }  // namespace
 }  // namespace fa

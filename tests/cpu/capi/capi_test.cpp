@@ -218,8 +218,9 @@ TEST(CApi, AppendFieldsReachValidation) {
 }
 
 // The sliding window's fields (version 8) reach validation: the production kernels take a window,
-// a step without one refuses it by name, a window with a per-sequence option is refused, and the
-// fields' own rules (has_window 0 or 1, sizes only with it, each side -1 or >= 0) are the library's.
+// with a per-sequence option too (their decode kernel's), a step without one refuses it by name, a
+// step with a window but no such option refuses the option by its own name, and the fields' own
+// rules (has_window 0 or 1, sizes only with it, each side -1 or >= 0) are the library's.
 TEST(CApi, WindowFieldsReachValidation) {
   char err[256] = {};
   fa_attention_params p = valid_params();
@@ -236,8 +237,9 @@ TEST(CApi, WindowFieldsReachValidation) {
   EXPECT_EQ(fa_validate(100, &p, err, sizeof err), FA_OK) << err;
   p.seqlens_kv = static_cast<const int32_t*>(stand_in(9));
   p.seqlen_q = 1;
-  EXPECT_EQ(fa_validate(100, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
-  EXPECT_NE(std::string(err).find("not yet with seqlens_kv"), std::string::npos) << err;
+  EXPECT_EQ(fa_validate(100, &p, err, sizeof err), FA_OK) << err;
+  EXPECT_EQ(fa_validate(38, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);  // step 38: a window, no ragged caches
+  EXPECT_NE(std::string(err).find("seqlens_kv must be null"), std::string::npos) << err;
   fa_attention_params q = valid_params();
   q.window_left = 5;  // a size without has_window
   EXPECT_EQ(fa_validate(100, &q, err, sizeof err), FA_ERROR_INVALID);
