@@ -390,7 +390,7 @@ struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
     // Packed sequences, a sliding window (WindowFlag: a range past tile 0, masked at both ends; not
-    // with packed sequences, which validation refuses), or neither: a kernel each.
+    // with packed sequences, which the forward refuses: decode::route), or neither: a kernel each.
     // Score modifications (softcap, ALiBi, sinks; not with packed sequences, which the forward
     // refuses) theirs: WindowFlag, which takes any mask, and the Mods kernel of the call's
     // modification (kernels/score_mod.h: one alone its own, several ScoreMods); nullptr where this

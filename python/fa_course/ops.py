@@ -378,9 +378,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise ValueError(f"fa_course.attention: softmax_scale {softmax_scale} rounds to 0 in fp32 (0 asks for the "
                          "default 1/sqrt(D)); the library refuses other non-positive or non-finite scales itself")
     grad = _needs_grad(q, k, v)
-    window = tuple(int(x) for x in window_size)
-    if len(window) != 2:
-        raise ValueError(f"fa_course.attention: window_size is (left, right), got {window_size!r}")
+    window = _window(window_size, "attention")
     if alibi_slopes is not None and torch.is_grad_enabled() and alibi_slopes.requires_grad:
         raise NotImplementedError("fa_course.attention: no gradient for alibi_slopes (the library's backward, like "
                                   "flash-attn's, treats them as constants); pass alibi_slopes.detach()")
@@ -466,6 +464,14 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
                      alibi_slopes=alibi_slopes, sinks=learnable_sink)
 
 
+def _window(window_size, fn: str):
+    """flash-attn's window_size as (left, right) ints; the library judges the values."""
+    window = tuple(int(x) for x in window_size)
+    if len(window) != 2:
+        raise ValueError(f"fa_course.{fn}: window_size is (left, right), got {window_size!r}")
+    return window
+
+
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                            cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
                            softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
@@ -490,12 +496,14 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     without a gradient. softcap, alibi_slopes (bottom-right to each sequence) and learnable_sink
     (no gradient: a sink that requires one is refused) run on the decode kernel (on an H100/H200 the
     Hopper kernel takes longer packed sequences, but not with these: the library's choice then runs
-    the mma.sync kernel's, slower). dropout_p > 0, a window, return_attn_probs and block_table refuse
-    with NotImplementedError. Returns out (total_q, H_q, D), or (out, lse) with
-    return_lse=True: lse fp32 (H_q, total_q), flash-attn's varlen layout."""
+    the mma.sync kernel's, slower). window_size (flash-attn's (left, right), each sequence's window at
+    its own bottom-right diagonal) too: decode-sized calls on the decode kernel, longer ones on the
+    mma.sync kernel's (the Hopper kernel's packed prefill has no window). dropout_p > 0,
+    return_attn_probs and block_table refuse with NotImplementedError. Returns out (total_q, H_q, D),
+    or (out, lse) with return_lse=True: lse fp32 (H_q, total_q), flash-attn's varlen layout."""
     fn = "flash_attn_varlen_func"
+    window = _window(window_size, fn)
     for name, given in (("dropout (dropout_p)", bool(dropout_p)),
-                        (f"a sliding window (window_size={tuple(window_size)})", tuple(window_size) != (-1, -1)),
                         ("return_attn_probs", return_attn_probs),
                         ("a paged KV cache with varlen (block_table)", block_table is not None)):
         if given:
@@ -541,7 +549,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                           lse=lse.data_ptr() if lse is not None else 0, batch=b, heads_q=h_q, heads_kv=k.shape[1],
                           seqlen_q=int(max_seqlen_q), seqlen_kv=int(max_seqlen_k), head_dim=d,
                           strides=[packed(q), packed(k), packed(v), packed(o)], softmax_scale=scale,
-                          causal=bool(causal), bottom_right=True)
+                          causal=bool(causal), bottom_right=True, window=window)
     mods = _check_mods(q, softcap, alibi_slopes.float().contiguous() if alibi_slopes is not None else None,
                        learnable_sink.detach().float().contiguous() if learnable_sink is not None else None, (b, h_q))
     if mods is not None:
@@ -647,8 +655,8 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
 
     softcap, alibi_slopes (fp32 (H_q,) or (B, H_q); bottom-right to each sequence's length) and
     learnable_sink (a per-head sink logit, (H_q,); added once per row, also with a split) run on the
-    decode kernel. Refused with NotImplementedError: rotary embeddings, cache_batch_idx, cache_leftpad,
-    window_size. With k and v, outside a CUDA graph, the lengths (and with a block table the
+    decode kernel, as does window_size (flash-attn's (left, right), at each sequence's own diagonal).
+    Refused with NotImplementedError: rotary embeddings, cache_batch_idx, cache_leftpad. With k and v, outside a CUDA graph, the lengths (and with a block table the
     new tokens' pages) are checked first, in one copy to the host (one synchronisation): a sequence
     whose new tokens would pass the capacity, or whose table names pages outside the pool for them,
     raises ValueError with nothing written. Inside a graph, or with check_cache_seqlens=False (a
@@ -657,10 +665,10 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     into the pool, never writing outside the caches."""
     fn = "flash_attn_with_kvcache"
     for name, given in (("rotary embeddings (rotary_cos, rotary_sin)", rotary_cos is not None or rotary_sin is not None),
-                        ("cache_batch_idx", cache_batch_idx is not None), ("cache_leftpad", cache_leftpad is not None),
-                        (f"a sliding window (window_size={tuple(window_size)})", tuple(window_size) != (-1, -1))):
+                        ("cache_batch_idx", cache_batch_idx is not None), ("cache_leftpad", cache_leftpad is not None)):
         if given:
             raise _unsupported(name, fn)
+    window = _window(window_size, fn)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                        for t in (q, k, v, k_cache, v_cache, learnable_sink, alibi_slopes)):
         # flash-attn's returns an output without a gradient here; a training loss would silently lose it.
@@ -721,7 +729,7 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
     if softmax_scale is not None and abs(scale) <= _FP32_ROUNDS_TO_ZERO:  # 0 would mean 1/sqrt(D) in C
         raise ValueError(f"fa_course.{fn}: softmax_scale {softmax_scale} rounds to 0 in fp32")
-    p = _params(q, k_cache, v_cache, o, lse, bool(causal), True, scale, mods=mods)
+    p = _params(q, k_cache, v_cache, o, lse, bool(causal), True, scale, window, mods)
     p.seqlens_kv = seqlens.data_ptr()
     if paged:  # K and V strides are a page's (_strides: between pages, heads, a page's rows)
         p.seqlen_kv, p.block_table, p.block_table_stride = capacity, block_table.data_ptr(), block_table.stride(0)

@@ -345,6 +345,64 @@ def test_flash_attn_varlen_func_attends_within_each_sequence(causal):
         qa, ka = qa + nq, ka + nk
 
 
+@pytest.mark.parametrize("q_len,k_len", [([1, 3, 1, 2], [700, 77, 1, 2000]), ([5, 1, 130, 64], [5, 300, 130, 1])],
+                         ids=["decode", "prefill"])
+def test_flash_attn_varlen_func_sliding_window(q_len, k_len):
+    """window_size on packed sequences (a padded batch of a model with local layers, unpadded): each
+    sequence's window ends at its own bottom-right diagonal; decode-sized rows on the decode kernel,
+    longer ones too (the mma.sync kernel's on an H100/H200). Against each sequence alone in fp64."""
+    h_q, h_kv, d, window = 8, 2, 128, (48, 0)
+    g = torch.Generator(device=DEV).manual_seed(67)
+    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
+    q, k, v = rnd(sum(q_len), h_q, d), rnd(sum(k_len), h_kv, d), rnd(sum(k_len), h_kv, d)
+    cu = lambda lengths: torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device=DEV)
+    with torch.no_grad():
+        out, lse = fa_course.flash_attn_varlen_func(q, k, v, cu(q_len), cu(k_len), max(q_len), max(k_len),
+                                                    causal=True, window_size=window, return_lse=True)
+    qa = ka = 0
+    for nq, nk in zip(q_len, k_len):
+        ref_o, ref_lse = attention_fp64(q[None, qa:qa + nq], k[None, ka:ka + nk], v[None, ka:ka + nk], causal=True,
+                                        causal_align="bottom_right", window_size=window)
+        close(out[None, qa:qa + nq], ref_o)
+        torch.testing.assert_close(lse[:, qa:qa + nq].double(), ref_lse[0].double(), atol=1e-3, rtol=1e-3)
+        qa, ka = qa + nq, ka + nk
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_flash_attn_with_kvcache_sliding_window(paged):
+    """window_size on a decode call with an append: each sequence attends to the window's keys before
+    its own new length (a Mistral-style local layer while it generates), split or not, through a
+    contiguous cache and a paged one (pages of 16 keys, the window starting inside a page)."""
+    b, cap, h_q, h_kv, d, n_new, window = 3, 512, 8, 2, 128, 2, (100, 0)
+    g = torch.Generator(device=DEV).manual_seed(71)
+    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
+    k_cache, v_cache = rnd(b, cap, h_kv, d), rnd(b, cap, h_kv, d)
+    lengths = [30, 400, 0]
+    q, k, v = rnd(b, n_new, h_q, d), rnd(b, n_new, h_kv, d), rnd(b, n_new, h_kv, d)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    for num_splits in (1, 0):
+        kc, vc = k_cache.clone(), v_cache.clone()
+        if paged:
+            page = 16
+            table = torch.arange(b * cap // page, dtype=torch.int32, device=DEV).flip(0).reshape(b, cap // page)
+            pool_k = torch.empty(b * cap // page, page, h_kv, d, dtype=kc.dtype, device=DEV)
+            pool_v = torch.empty_like(pool_k)
+            pool_k[table.flatten().long()] = kc.reshape(-1, page, h_kv, d)
+            pool_v[table.flatten().long()] = vc.reshape(-1, page, h_kv, d)
+            out = fa_course.flash_attn_with_kvcache(q, pool_k, pool_v, k, v, cache_seqlens=seqlens, causal=True,
+                                                    window_size=window, block_table=table, num_splits=num_splits)
+            kc = pool_k[table.flatten().long()].reshape(b, cap, h_kv, d)
+            vc = pool_v[table.flatten().long()].reshape(b, cap, h_kv, d)
+        else:
+            out = fa_course.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, causal=True,
+                                                    window_size=window, num_splits=num_splits)
+        for i, n in enumerate(lengths):
+            keys, vals = kc[i:i + 1, :n + n_new], vc[i:i + 1, :n + n_new]
+            ref_o, _ = attention_fp64(q[i:i + 1], keys, vals, causal=True, causal_align="bottom_right",
+                                      window_size=window)
+            close(out[i:i + 1], ref_o)
+
+
 @pytest.mark.parametrize("per_batch_slopes", [False, True])
 def test_flash_attn_varlen_func_with_score_mods(per_batch_slopes):
     """softcap, alibi_slopes ((H_q,) or (B, H_q): bottom-right to each sequence's own lengths) and
@@ -415,14 +473,16 @@ def test_flash_attn_varlen_func_refuses_what_it_cannot_do():
         fa_course.flash_attn_varlen_func(q, q, q, cu, cu, 5, 6)  # a sequence of 6 with max_seqlen_q = 5
     with pytest.raises(ValueError, match="must run from 0 to the tensor's 10 rows"):
         fa_course.flash_attn_varlen_func(q, q, q, torch.tensor([0, 4, 9], dtype=torch.int32, device=DEV), cu, 6, 6)
-    with pytest.raises(NotImplementedError, match="sliding window"):
-        fa_course.flash_attn_varlen_func(q, q, q, cu, cu, 6, 6, window_size=(3, 0))
+    with pytest.raises(ValueError, match=r"window_size is \(left, right\)"):
+        fa_course.flash_attn_varlen_func(q, q, q, cu, cu, 6, 6, window_size=(3, 0, 1))
+    with pytest.raises(fa_course.UnsupportedInputError, match="window_left and window_right must be -1"):
+        fa_course.flash_attn_varlen_func(q, q, q, cu, cu, 6, 6, window_size=(-3, 0))
 
 
 def test_flash_attn_with_kvcache_refuses_what_it_does_not_have():
     q, k_cache, v_cache = inputs(2, 1, 64, 4, 2, 64)
-    with pytest.raises(NotImplementedError, match="window_size"):
-        fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, window_size=(16, 0))
+    with pytest.raises(fa_course.UnsupportedInputError, match="window_left and window_right must be -1"):
+        fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, window_size=(16, -5))
     with pytest.raises(ValueError, match="block_table must be an int32"):
         fa_course.flash_attn_with_kvcache(q, k_cache, v_cache, block_table=torch.zeros(2, 1, dtype=torch.int64,
                                                                                         device=DEV))

@@ -10,13 +10,14 @@ prefill (causal; with fewer queries than keys, as after a KV cache, the mask is 
 flash-attn's convention), decoding (one query against the cache) and non-causal (encoder-style)
 attention; sliding-window layers (Mistral, Qwen2, Gemma-style: a token sees itself and the W − 1
 before it, transformers' sliding_window = W), logit softcapping (Gemma 2's `softcap`) and attention
-sinks (gpt-oss's `s_aux`, a logit per head that trains) on unpadded batches, in inference and training. A padded batch (sequences of different lengths, left or right padded, as `generate`
-makes them) runs without its padding in inference: each sequence's tokens are gathered into a packed
-batch for fa_course.flash_attn_varlen_func and scattered back, the padded rows' outputs zero. What
-it refuses, with a ValueError or fa_course.UnsupportedInputError that says why, instead of
-computing something else: a padding mask in training (the varlen backward is not built yet), a
-padding mask with a sliding window, softcapping or sinks, packed sequences, a chunked mask, any other
-mask a model overlays, dropout, another dtype or head dim.
+sinks (gpt-oss's `s_aux`, a logit per head that trains), in inference and training. A padded batch
+(sequences of different lengths, left or right padded, as `generate` makes them) runs without its
+padding in inference: each sequence's tokens are gathered into a packed batch for
+fa_course.flash_attn_varlen_func (with the layer's window, softcap and sinks) and scattered back,
+the padded rows' outputs zero. What it refuses, with a ValueError or fa_course.UnsupportedInputError
+that says why, instead of computing something else: a padding mask in training (the varlen backward
+is not built yet), packed sequences, a chunked mask, any other mask a model overlays, dropout,
+another dtype or head dim.
 
 Training: query, key and value get their gradients from the course's backward (fa_course.attention
 is differentiable), so a model trains with it as with 'sdpa'. Attention dropout is refused, as
@@ -63,10 +64,6 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     # logit per head, trained through the course's backward).
     softcap = kwargs.get("softcap") or 0.0
     sinks = kwargs.get("s_aux", kwargs.get("sinks"))
-    if attention_mask is not None and (softcap or sinks is not None):
-        raise _refuse(f"a padding mask with {'logit softcapping' if softcap else 'attention sinks'}: the padded "
-                      "path does not pass them to the variable-length call yet; run the batch unpadded or with "
-                      "'eager'")
     window = (-1, -1)
     sliding = kwargs.get("sliding_window")
     if sliding is not None:
@@ -74,13 +71,11 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         # sliding_window_overlay on the causal mask), flash-attn's window_size (W − 1, 0).
         if not causal:
             raise _refuse(f"a bidirectional sliding window (sliding_window={sliding!r} without the causal mask)")
-        if attention_mask is not None:
-            raise _refuse(f"a padding mask with a sliding window (sliding_window={sliding!r}): the variable-length "
-                          "call takes no window yet; run the batch unpadded or with 'sdpa'")
         window = (int(sliding) - 1, -1)
     if attention_mask is not None:
         # The mask function registered with this one returns None unless the batch has padding.
-        return _without_padding(query, key, value, attention_mask, bool(causal), scaling), None
+        return _without_padding(query, key, value, attention_mask, bool(causal), scaling, window, float(softcap),
+                                sinks), None
     if softcap or sinks is not None:
         out = ops.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(causal),
                             causal_align="bottom_right", softmax_scale=scaling, window_size=window,
@@ -99,10 +94,11 @@ def _packed(position_ids: torch.Tensor) -> bool:
     return bool((pos[1:] - pos[:-1] != 1).any())
 
 
-def _without_padding(query, key, value, mask, causal, scaling):
+def _without_padding(query, key, value, mask, causal, scaling, window=(-1, -1), softcap=0.0, sinks=None):
     """Attention over a padded batch, each sequence on its own tokens: the (B, N_kv) mask's kept keys
     and, for the queries, its last N_q columns (the new tokens), gathered into packed sequences for the
-    varlen call and scattered back; padded query rows are zero. Inference only: the varlen backward is
+    varlen call and scattered back; padded query rows are zero. The layer's window, softcap and sinks
+    go with them (each sequence's window at its own diagonal). Inference only: the varlen backward is
     not built, so a call autograd would record is refused."""
     if mask.dim() != 2 or mask.shape[0] != query.shape[0] or mask.shape[1] != key.shape[2]:
         raise _refuse(f"an attention mask of shape {tuple(mask.shape)} (a (B, N_kv) padding mask is served)")
@@ -141,7 +137,8 @@ def _without_padding(query, key, value, mask, causal, scaling):
         # The offsets are the mask's own cumulative sums: right by construction, so not checked again
         # (the check is a synchronisation a call).
         out[rows_q] = ops.flash_attn_varlen_func(q, k, v, cu(len_q), cu(len_k), int(len_q.max()), int(len_k.max()),
-                                                 softmax_scale=scaling, causal=causal, check_offsets=False)
+                                                 softmax_scale=scaling, causal=causal, window_size=window,
+                                                 softcap=softcap, learnable_sink=sinks, check_offsets=False)
     return out.view(b, n_q, h_q, d)
 
 
