@@ -46,7 +46,7 @@ REQUIRED = [
     "append-past-seqlens",
     # Part VI
     "window-left-edge", "window-right-edge", "softcap-outside-scale", "softcap-derivative-missing",
-    "sink-without-rescale", "sink-once-per-split", "alibi-row-part-dropped",
+    "sink-without-rescale", "sink-once-per-split", "alibi-row-part-dropped", "decode-window-start-unmasked",
 ]
 
 PATCH_RE = re.compile(r"steps/(\d\d)_\w+/bugs/[\w-]+\.patch|kernels/bugs/[\w-]+\.patch")
