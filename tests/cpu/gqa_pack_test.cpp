@@ -59,5 +59,40 @@ TEST(GqaPack, PackedTileRangeHoldsEveryVisibleKey) {
           }
 }
 
+// The decode kernel's window on packed rows: PackedWindowMask is key_visible on each row's query
+// (and keys past N_kv hidden), and kv_tile_span on the tile's queries holds every visible key, its
+// [first_full, end_full) tiles whole for every row of the tile.
+TEST(GqaPack, PackedWindowSpanHoldsEveryVisibleKeyAndMasksTheRest) {
+  for (int pack : {1, 4, 7})
+    for (auto [n_q, n_kv] : {std::pair{1, 1000}, std::pair{5, 777}, std::pair{70, 33}})
+      for (bool causal : {false, true})
+        for (int64_t offset : {int64_t(0), int64_t(n_kv - n_q)})
+          for (auto [left, right] : {std::pair{int64_t(100), int64_t(0)}, std::pair{int64_t(0), int64_t(0)},
+                                     std::pair{int64_t(200), int64_t(50)}, std::pair{int64_t(-1), int64_t(3)},
+                                     std::pair{int64_t(5), int64_t(-1)}}) {
+            const int block_m = 64, block_n = 64, n_rows = n_q * pack;
+            const PackedWindowMask mask{WindowMask(n_kv, causal, offset, left, right), pack};
+            for (int m_start = 0; m_start < n_rows; m_start += block_m) {
+              SCOPED_TRACE(::testing::Message() << "pack " << pack << " N_q " << n_q << " N_kv " << n_kv << " causal "
+                                                << causal << " offset " << offset << " window (" << left << ", "
+                                                << right << ") tile at row " << m_start);
+              const QueryRange qr = packed_tile_queries(m_start, block_m, n_rows, pack);
+              const KvTileSpan span = kv_tile_span(qr.first, qr.count, block_n, n_kv, causal, offset, left, right);
+              for (int r = m_start; r < std::min(m_start + block_m, n_rows); ++r)
+                for (int j = 0; j < n_kv + block_n; ++j) {
+                  const bool vis = mask(r, j);
+                  ASSERT_EQ(vis, j < n_kv && key_visible(packed_query(r, pack), j, offset, causal, left, right))
+                      << "row " << r << " key " << j;
+                  if (vis) {
+                    ASSERT_GE(j / block_n, span.begin) << "a visible key before the span";
+                    ASSERT_LT(j / block_n, span.end) << "a visible key past the span";
+                  } else if (j / block_n >= span.first_full && j / block_n < span.end_full) {
+                    FAIL() << "row " << r << " key " << j << ": hidden in a tile the span calls whole";
+                  }
+                }
+            }
+          }
+}
+
 }  // namespace
 }  // namespace fa
