@@ -337,15 +337,17 @@ def test_padded_batch_of_local_layers_each_sequence_alone(kind):
     for i, n in enumerate(lengths):
         mask[i, 60 - n:] = 1
         x[i, :60 - n] = 0
-    out = model(NAME, config=config, state=state)(x, attention_mask=mask).logits
-    exact, eager = model("eager", torch.float32, config, state), model("eager", torch.bfloat16, config, state)
+    ours = model(NAME, config=copy.deepcopy(config), state=state)
+    out = ours(x, attention_mask=mask).logits
+    seq = ours.generate(x, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    # (each model its own config: from_config writes the implementation into the config it is given)
+    exact = model("eager", torch.float32, copy.deepcopy(config), state)
+    eager = model("eager", torch.bfloat16, copy.deepcopy(config), state)
     for i, n in enumerate(lengths):
         alone, ref = exact(x[i:i + 1, 60 - n:]).logits, eager(x[i:i + 1, 60 - n:]).logits
         print(f"{kind} sequence {i} ({n} tokens): fa_course rel {rel(out[i:i + 1, 60 - n:], alone):.2e}, "
               f"bf16 eager rel {rel(ref, alone):.2e}")
         assert rel(out[i:i + 1, 60 - n:], alone) <= 1.5 * rel(ref, alone) + 1e-3
-    seq = model(NAME, config=config, state=state).generate(x, attention_mask=mask, max_new_tokens=8,
-                                                            do_sample=False, pad_token_id=0)
     for i, n in enumerate(lengths):
         own = seq[i:i + 1, 60 - n:]
         ex = exact(own).logits[:, n - 1:-1]
