@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,18 @@ inline void expect_cache_call_matches(AttentionProblem& prob, AttentionParams p,
   EXPECT_TRUE(cl.ok) << "LSE: " << cl.summary();
   std::string why;
   EXPECT_TRUE(prob.memory_intact(&why)) << why;
+}
+
+// A step without an option the production kernels have (score modifications, a window, ...): the
+// call of shape s is refused by a message naming `what`, with O as poisoned as before.
+inline void expect_step_refuses(ProblemShape s, const std::string& what) {
+  s.with_lse = the_step().caps.lse;
+  AttentionProblem prob(s);
+  const Status st = the_step().forward(prob.params(), nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_FALSE(st.ok()) << "a step without " << what << " took the call";
+  EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
+  for (float x : prob.output_bhnd()) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote O";
 }
 
 }  // namespace fa::testing

@@ -23,6 +23,22 @@ namespace {
 using testing::expect_split_matches;
 using testing::split_shape;
 
+// shapes(d)'s calls on every configuration of the decode kernel's tuner (keys over warps, 32 rows a
+// warp, ...) at every head dim, each unsplit (a workspace given, num_splits = 1) and in 4 splits.
+template <typename Shapes>
+void expect_every_decode_config_matches(Shapes&& shapes) {
+  const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionDecode);
+  ASSERT_NE(t, nullptr);
+  int runs = 0;
+  for (int64_t d : testing::the_step().caps.head_dims)
+    for (const std::string& config : t->config_names(int(d)))
+      for (int splits : {1, 4}) {
+        for (const ProblemShape& s : shapes(d)) expect_split_matches(s, splits, 4, t, config);
+        ++runs;
+      }
+  EXPECT_GT(runs, 0);
+}
+
 TEST(Decode, OneRowEveryGroupSize) {
   FA_REQUIRE_GPU();
   for (auto [h, hkv] : {std::pair{4, 4}, std::pair{6, 2}, std::pair{32, 8}, std::pair{32, 1}})
@@ -89,23 +105,14 @@ TEST(Decode, ScoreMods) {
     s.sinks = sinks;
     return s;
   };
-  // Every configuration of the decode kernel (keys over warps, 32 rows a warp), each unsplit (a
-  // workspace given, num_splits = 1: the decode kernel's own sink) and in 4 splits (the combine's).
-  const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionDecode);
-  ASSERT_NE(t, nullptr);
-  int runs = 0;
-  for (int64_t d : testing::the_step().caps.head_dims)
-    for (const std::string& config : t->config_names(int(d)))
-      for (int splits : {1, 4}) {
-        auto check = [&](const ProblemShape& s) { expect_split_matches(s, splits, 4, t, config); };
-        check(mods(split_shape(2, 32, 8, 1, 1000, d), 30.0f, Alibi::none, false));
-        check(mods(split_shape(2, 16, 2, 5, 777, d, true), 0.0f, Alibi::per_head, false));
-        check(mods(split_shape(2, 16, 4, 1, 900, d), 0.0f, Alibi::per_batch_head, false));
-        check(mods(split_shape(2, 32, 8, 1, 1000, d), 0.0f, Alibi::none, true));
-        check(mods(split_shape(1, 8, 2, 9, 5, d, true), 20.0f, Alibi::per_head, true));
-        ++runs;
-      }
-  EXPECT_GT(runs, 0);
+  // Unsplit, the decode kernel's own sink; in 4 splits, the combine's.
+  expect_every_decode_config_matches([&](int64_t d) {
+    return std::vector<ProblemShape>{mods(split_shape(2, 32, 8, 1, 1000, d), 30.0f, Alibi::none, false),
+                                     mods(split_shape(2, 16, 2, 5, 777, d, true), 0.0f, Alibi::per_head, false),
+                                     mods(split_shape(2, 16, 4, 1, 900, d), 0.0f, Alibi::per_batch_head, false),
+                                     mods(split_shape(2, 32, 8, 1, 1000, d), 0.0f, Alibi::none, true),
+                                     mods(split_shape(1, 8, 2, 9, 5, d, true), 20.0f, Alibi::per_head, true)};
+  });
 }
 
 // A sliding window in the decode kernel (flash-attn's window_size; a model's local layers while it
@@ -119,26 +126,18 @@ TEST(Decode, SlidingWindow) {
     s.window_left = left, s.window_right = right;
     return s;
   };
-  const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionDecode);
-  ASSERT_NE(t, nullptr);
-  int runs = 0;
-  for (int64_t d : testing::the_step().caps.head_dims)
-    for (const std::string& config : t->config_names(int(d)))
-      for (int splits : {1, 4}) {
-        auto check = [&](const ProblemShape& s) { expect_split_matches(s, splits, 4, t, config); };
-        check(window(split_shape(2, 32, 8, 1, 1000, d, true), 100, 0));
-        check(window(split_shape(1, 8, 2, 1, 3000, d, true), 1000, 0));
-        check(window(split_shape(2, 32, 8, 1, 1000, d, true), 0, 0));
-        check(window(split_shape(2, 16, 2, 5, 777, d, true), 31, 0));
-        check(window(split_shape(2, 16, 4, 1, 900, d), 200, 50));
-        check(window(split_shape(2, 16, 4, 3, 900, d, false, CausalAlign::top_left), 5, 300));
-        check(window(split_shape(1, 8, 2, 9, 5, d, true), 2, 0));  // bottom-right, N_q > N_kv
-        ProblemShape m = window(split_shape(2, 16, 4, 2, 1000, d, true), 300, 0);
-        m.softcap = 20.0f, m.alibi = ProblemShape::Alibi::per_head, m.sinks = true;
-        check(m);
-        ++runs;
-      }
-  EXPECT_GT(runs, 0);
+  expect_every_decode_config_matches([&](int64_t d) {
+    ProblemShape m = window(split_shape(2, 16, 4, 2, 1000, d, true), 300, 0);
+    m.softcap = 20.0f, m.alibi = ProblemShape::Alibi::per_head, m.sinks = true;
+    return std::vector<ProblemShape>{window(split_shape(2, 32, 8, 1, 1000, d, true), 100, 0),
+                                     window(split_shape(1, 8, 2, 1, 3000, d, true), 1000, 0),
+                                     window(split_shape(2, 32, 8, 1, 1000, d, true), 0, 0),
+                                     window(split_shape(2, 16, 2, 5, 777, d, true), 31, 0),
+                                     window(split_shape(2, 16, 4, 1, 900, d), 200, 50),
+                                     window(split_shape(2, 16, 4, 3, 900, d, false, CausalAlign::top_left), 5, 300),
+                                     window(split_shape(1, 8, 2, 9, 5, d, true), 2, 0),  // bottom-right, N_q > N_kv
+                                     m};
+  });
 }
 
 // A window on packed sequences longer than a decode: kernel 100's decode kernel reads every packed

@@ -80,13 +80,7 @@ TEST(RaggedCache, ScoreModsToEachLength) {
     for (int splits : {1, 4}) expect_ragged_matches(s, {2, 100, 0, 777}, splits);
     return;
   }
-  s.with_lse = caps.lse;
-  AttentionProblem prob(s);
-  const Status st = testing::the_step().forward(prob.params(), nullptr);
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_FALSE(st.ok()) << "a step without softcap, ALiBi or sinks took them";
-  EXPECT_NE(st.message().find("softcap"), std::string::npos) << st.message();
-  for (float x : prob.output_bhnd()) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote O";
+  testing::expect_step_refuses(s, "softcap");
 }
 
 // A sliding window on a ragged cache (the production kernels'): each sequence's window ends at its
@@ -100,13 +94,7 @@ TEST(RaggedCache, SlidingWindowToEachLength) {
     for (int splits : {1, 4}) expect_ragged_matches(s, {2, 100, 0, 777}, splits);
     return;
   }
-  s.with_lse = testing::the_step().caps.lse;
-  AttentionProblem prob(s);
-  const Status st = testing::the_step().forward(prob.params(), nullptr);
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_FALSE(st.ok()) << "a step without a sliding window took one";
-  EXPECT_NE(st.message().find("sliding window"), std::string::npos) << st.message();
-  for (float x : prob.output_bhnd()) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote O";
+  testing::expect_step_refuses(s, "sliding window");
 }
 
 TEST(RaggedCache, SpeculativeRowsBottomRightToEachLength) {
