@@ -45,15 +45,16 @@
 
 namespace fa::kernels {
 
-/// −1/(2^z + 1), the kernels' way to tanh (tanh x = 1 − 2/(e^(2x) + 1)): the exp2 on the special-function unit, the
-/// reciprocal on the FMA units (an integer first guess good to 5 %, then two Newton steps r ← r + r·(1 − y·r), each
-/// squaring the error: 2.6e-3, then 6.6e-6, always from below). z is clamped at 64, where the result is 5e-20, so that
-/// 2^z never overflows (below, 2^z → 0 and the result → 1). The special- function unit does a quarter of the FMA units'
-/// work per clock and the softmax's exp2 already keeps it half busy at D = 128: with the reciprocal there too
-/// (`__fdividef`), a capped score took three of its slots. (`tanh.approx.f32`, one slot, has a relative error of up to
-/// 2^-11: under a cap of 50, logits moved by up to 0.025, six times the bf16 rounding of P.) A third Newton step (to
-/// 9e-8) cost the capped forward two instructions an element, 10 % of its issue slots (run V in
-/// docs/production_layer.md).
+/// −1/(2^z + 1), the kernels' way to tanh (tanh x = 1 − 2/(e^(2x) + 1)): the exp2 on the
+/// special-function unit, the reciprocal on the FMA units (an integer first guess good to 5 %, then
+/// two Newton steps r ← r + r·(1 − y·r), each squaring the error: 2.6e-3, then 6.6e-6, always from
+/// below). z is clamped at 64, where the result is 5e-20, so that 2^z never overflows (below, 2^z →
+/// 0 and the result → 1). The special-function unit does a quarter of the FMA units' work per clock
+/// and the softmax's exp2 already keeps it half busy at D = 128: with the reciprocal there too
+/// (`__fdividef`), a capped score took three of its slots. (`tanh.approx.f32`, one slot, has a
+/// relative error of up to 2^-11: under a cap of 50, logits moved by up to 0.025, six times the bf16
+/// rounding of P.) A third Newton step (to 9e-8) cost the capped forward two instructions an
+/// element, 10 % of its issue slots (run V in docs/production_layer.md).
 #if defined(__CUDA_ARCH__)
 __device__ __forceinline__ float minus_recip_exp2_plus_one(float z) {
   const float y = ptx::exp2_approx(fminf(z, 64.0f)) + 1.0f;  // in [1, 2^64]
@@ -177,9 +178,10 @@ struct Mods {
   static_assert(!kLinear || M == (kAlibiMod | kOneSided), "one-sided ALiBi is a kernel of its own");
   /// One-sided ALiBi's kernel visits a Q tile's KV tiles from the diagonal back to the first key.
   /// Every row's bias is largest at its last visible key, so the first tile holds each row's largest
-  /// biases and the row max seldom moves after it; in key order it climbed by slope·BLOCK_N (184·slope
-  /// in exp2 units for 128 keys) on every tile, past the lazy rescale's threshold for most heads, and
-  /// each such tile rescaled O after waiting for the P·V in flight.
+  /// biases and the row max seldom moves after it (in key order it climbed by slope·BLOCK_N on every
+  /// tile, past the lazy rescale's threshold for most heads). Measured in run V it bought kernel 100
+  /// two points and kernel 101 nothing: the moving max was not what costs ALiBi there
+  /// (docs/production_layer.md). Both orders are right; this one is never slower.
   static constexpr bool kDiagonalFirst = kLinear;
   /// The cap alone: the kernel's scores leave the hook as v = −1/(e^(2x) + 1) in [−1, 0], where x is
   /// the scaled score over the cap and tanh x = 1 + 2v, so the capped logit is softcap·(1 + 2v). The

@@ -318,16 +318,22 @@ def test_flash_attn_with_kvcache_paged_appends_through_the_block_table(page_size
     assert int((~torch.isnan(k_cache.float()).any(-1).any(-1)).sum()) == written, "a row no token owns was written"
 
 
+def packed_inputs(q_len, k_len, h_q, h_kv, d, seed):
+    """Random bf16 packed q (total_q, H_q, D), k and v (total_k, H_kv, D) of sequences of q_len[b]
+    queries and k_len[b] keys, and cu(lengths), their int32 offsets."""
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
+    cu = lambda lengths: torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device=DEV)
+    return rnd(sum(q_len), h_q, d), rnd(sum(k_len), h_kv, d), rnd(sum(k_len), h_kv, d), cu
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attn_varlen_func_attends_within_each_sequence(causal):
     """flash-attn's varlen call: sequences packed end to end, each attending to its own keys only
     (causal bottom-right within it); the same answer as each sequence alone, and its LSE in
     (H_q, total_q)."""
     q_len, k_len, h_q, h_kv, d = [5, 1, 130, 64], [5, 300, 130, 1], 8, 2, 128
-    g = torch.Generator(device=DEV).manual_seed(61)
-    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
-    q, k, v = rnd(sum(q_len), h_q, d), rnd(sum(k_len), h_kv, d), rnd(sum(k_len), h_kv, d)
-    cu = lambda lengths: torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device=DEV)
+    q, k, v, cu = packed_inputs(q_len, k_len, h_q, h_kv, d, seed=61)
     with torch.no_grad():
         out, lse = fa_course.flash_attn_varlen_func(q, k, v, cu(q_len), cu(k_len), max(q_len), max(k_len),
                                                     causal=causal, return_lse=True)
@@ -354,10 +360,7 @@ def test_flash_attn_varlen_func_sliding_window(q_len, k_len):
     sequence's window ends at its own bottom-right diagonal; decode-sized rows on the decode kernel,
     longer ones too (the mma.sync kernel's on an H100/H200). Against each sequence alone in fp64."""
     h_q, h_kv, d, window = 8, 2, 128, (48, 0)
-    g = torch.Generator(device=DEV).manual_seed(67)
-    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
-    q, k, v = rnd(sum(q_len), h_q, d), rnd(sum(k_len), h_kv, d), rnd(sum(k_len), h_kv, d)
-    cu = lambda lengths: torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device=DEV)
+    q, k, v, cu = packed_inputs(q_len, k_len, h_q, h_kv, d, seed=67)
     with torch.no_grad():
         out, lse = fa_course.flash_attn_varlen_func(q, k, v, cu(q_len), cu(k_len), max(q_len), max(k_len),
                                                     causal=True, window_size=window, return_lse=True)
