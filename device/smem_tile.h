@@ -68,6 +68,7 @@ struct PaddedLayout {
 template <int COLS>
 struct SwizzledLayout {
   static_assert(COLS % 64 == 0, "the swizzle needs rows of at least 8 chunks of 16 bytes");
+  static constexpr bool kSwizzled = true;
   // move() XORs the column step into the whole byte offset: right only if a row is 2^k bytes.
   static_assert((COLS & (COLS - 1)) == 0, "rows must be a power of two elements long");
   static constexpr int kCols = COLS;
@@ -151,14 +152,29 @@ __device__ __forceinline__ SmemTile<SUB, Layout> row_block(SmemTile<ROWS, Layout
 
 // Each thread copies 16-byte chunks; all NUM_THREADS threads together copy ROWS_PER_PASS rows per
 // pass. As ROWS_PER_PASS is a multiple of 8, a thread's chunk has the same swizzle in every pass
-// and its shared offset steps by a constant.
+// and its shared offset steps by a constant. Where a row's chunks do not divide the threads (12 at
+// D = 96, 24 at D = 192), the threads past the last whole row of a pass copy nothing (kActive), and
+// where the passes overrun the tile the last one stops at ROWS (kRagged): a padded layout's offset
+// is linear in the row, so any number of rows a pass keeps the constant step; the swizzle's needs a
+// multiple of 8. Both are compile-time facts: the lessons' tiles compile as they did.
 template <int ROWS, int COLS, int NUM_THREADS>
 struct CopyPlan {
   static constexpr int kChunks = COLS / 8;  // 16-byte chunks per row
   static constexpr int kRowsPerPass = NUM_THREADS / kChunks;
-  static constexpr int kPasses = ROWS / kRowsPerPass;
-  static_assert(ROWS % kRowsPerPass == 0 && kRowsPerPass % 8 == 0, "the tile must split evenly over the threads");
+  static constexpr int kActive = kRowsPerPass * kChunks;  // the threads that copy
+  static constexpr int kPasses = (ROWS + kRowsPerPass - 1) / kRowsPerPass;
+  static constexpr bool kRagged = ROWS % kRowsPerPass != 0;
+  static_assert(kRowsPerPass >= 1, "at least a row per pass");
+  /// Whether this thread copies a chunk in the pass where its row is `row` (from the tile's first).
+  __device__ __forceinline__ static bool copies(int row) {
+    return (kActive == NUM_THREADS || int(threadIdx.x) < kActive) && (!kRagged || row < ROWS);
+  }
 };
+
+/// Whether a layout's offsets step by a constant from pass to pass of a plan: linear in the row (no
+/// kSwizzled), or whole groups of 8 rows a pass (the swizzle's period).
+template <typename Layout, typename Plan>
+constexpr bool kPlanFits = !requires { Layout::kSwizzled; } || Plan::kRowsPerPass % 8 == 0;
 
 /// Fills `tile` with rows [0, ROWS) of a bf16 matrix at `src` (rows `stride` elements apart),
 /// through registers: 16-byte global loads, then 16-byte shared stores. Rows >= valid_rows are
@@ -167,17 +183,20 @@ template <int NUM_THREADS, int ROWS, typename Layout>
 __device__ __forceinline__ void load_tile(SmemTile<ROWS, Layout> tile, const bf16* src, int64_t stride,
                                           int valid_rows) {
   using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
+  static_assert(kPlanFits<Layout, Plan>, "a swizzled tile needs whole groups of 8 rows a pass");
   const int row0 = int(threadIdx.x) / Plan::kChunks, col = (int(threadIdx.x) % Plan::kChunks) * 8;
   bf16* dst0 = tile.ptr + Layout::offset(row0, col);
   uint4 chunk[Plan::kPasses];  // all loads first, then all stores: the loads overlap each other
 #pragma unroll
   for (int pass = 0; pass < Plan::kPasses; ++pass) {
     const int row = row0 + pass * Plan::kRowsPerPass;
-    chunk[pass] = row < valid_rows ? *reinterpret_cast<const uint4*>(src + row * stride + col) : make_uint4(0, 0, 0, 0);
+    chunk[pass] = Plan::copies(row) && row < valid_rows ? *reinterpret_cast<const uint4*>(src + row * stride + col)
+                                                         : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int pass = 0; pass < Plan::kPasses; ++pass)
-    *reinterpret_cast<uint4*>(dst0 + pass * Plan::kRowsPerPass * Layout::kRowPitch) = chunk[pass];
+    if (Plan::copies(row0 + pass * Plan::kRowsPerPass))
+      *reinterpret_cast<uint4*>(dst0 + pass * Plan::kRowsPerPass * Layout::kRowPitch) = chunk[pass];
 }
 
 /// The same copy with cp.async: nothing passes through registers and the call returns at once.
@@ -186,6 +205,7 @@ template <int NUM_THREADS, int ROWS, typename Layout>
 __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, const bf16* src, int64_t stride,
                                                 int valid_rows) {
   using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
+  static_assert(kPlanFits<Layout, Plan>, "a swizzled tile needs whole groups of 8 rows a pass");
   const int row0 = int(threadIdx.x) / Plan::kChunks, col = (int(threadIdx.x) % Plan::kChunks) * 8;
   const uint32_t smem0 = tile.addr() + 2 * Layout::offset(row0, col);
 #pragma unroll
@@ -193,7 +213,7 @@ __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, con
     const int row = row0 + pass * Plan::kRowsPerPass;
     const bool valid = row < valid_rows;
     const bf16* g = src + (valid ? row * stride + col : 0);
-    ptx::cp_async_16(smem0 + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2, g, valid);
+    if (Plan::copies(row)) ptx::cp_async_16(smem0 + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2, g, valid);
   }
 }
 
@@ -204,6 +224,8 @@ __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, con
 template <int NUM_THREADS, int ROWS, typename Layout, typename RowSrc>
 __device__ __forceinline__ void load_rows_async(SmemTile<ROWS, Layout> tile, const RowSrc& row_src, int valid_rows) {
   using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
+  static_assert(Plan::kActive == NUM_THREADS && !Plan::kRagged && kPlanFits<Layout, Plan>,
+                "every thread a chunk of whole rows in every pass");
   const int row0 = int(threadIdx.x) / Plan::kChunks, col = (int(threadIdx.x) % Plan::kChunks) * 8;
   const uint32_t smem0 = tile.addr() + 2 * Layout::offset(row0, col);
 #pragma unroll

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "device/mask.h"
 #include "device/ptx/cp_async.h"
@@ -44,23 +45,32 @@ using fa::ptx::cp_async_wait;
 constexpr int kWarpSize = 32;
 constexpr int kMmaRows = 16;  // rows of one m16n8k16 tile
 
-// One kernel configuration: query rows per block, keys per K/V tile, K/V tiles in flight.
-template <int BLOCK_M_, int BLOCK_N_, int STAGES_>
+// The shared-memory layout of a (rows, HEAD_DIM) tile: step 08's swizzle where a row is a power of
+// two of at least 128 bytes (D = 64, 128, 256), else step 04's padded rows (D = 32: 80 bytes a row,
+// D = 96: 208, D = 192: 400; each 8 rows on 8 different 16-byte bank groups, as ldmatrix needs).
+template <int HEAD_DIM>
+using TileLayout = std::conditional_t<HEAD_DIM % 64 == 0 && (HEAD_DIM & (HEAD_DIM - 1)) == 0,
+                                      SwizzledLayout<HEAD_DIM>, PaddedLayout<HEAD_DIM>>;
+
+// One kernel configuration: query rows per block, keys per K/V tile, K/V tiles in flight, and
+// 16-row mma tiles per warp (step 10's 2; 1 where a warp's O would not fit its registers at 32 rows:
+// D = 192 and 256, whose (16, D) fp32 O alone is D / 2 registers a thread).
+template <int BLOCK_M_, int BLOCK_N_, int STAGES_, int M_TILES_ = 2>
 struct Config {
   static constexpr int BLOCK_M = BLOCK_M_;
   static constexpr int BLOCK_N = BLOCK_N_;
   static constexpr int STAGES = STAGES_;
   static constexpr const char* VARIANT = "";                // nothing but the sizes tells two configurations apart
-  static constexpr int M_TILES = 2;                         // 16-row mma tiles per warp
-  static constexpr int ROWS_PER_WARP = kMmaRows * M_TILES;  // each warp owns 32 query rows
+  static constexpr int M_TILES = M_TILES_;                  // 16-row mma tiles per warp
+  static constexpr int ROWS_PER_WARP = kMmaRows * M_TILES;  // each warp owns 32 query rows (16 with one tile)
   static constexpr int NUM_WARPS = BLOCK_M / ROWS_PER_WARP;
   static constexpr int NUM_THREADS = NUM_WARPS * kWarpSize;
   // Rescale only when a row's max rose by more than this (exp2 units): P <= 2^8 until then.
   static constexpr float RESCALE_THRESHOLD = 8.0f;
-  // Shared memory: the Q tile, then STAGES × (K tile, V tile), all (rows, HEAD_DIM) bf16 swizzled.
+  // Shared memory: the Q tile, then STAGES × (K tile, V tile), all (rows, HEAD_DIM) bf16 (TileLayout).
   template <int HEAD_DIM>
   static constexpr int smem_bytes() {
-    return SwizzledLayout<HEAD_DIM>::bytes(BLOCK_M + STAGES * 2 * BLOCK_N);
+    return TileLayout<HEAD_DIM>::bytes(BLOCK_M + STAGES * 2 * BLOCK_N);
   }
 };
 
@@ -73,7 +83,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
                      const ScoreModArgs mods) {
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
   constexpr int STAGES = Cfg::STAGES, M_TILES = Cfg::M_TILES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
-  using Layout = SwizzledLayout<HEAD_DIM>;
+  using Layout = TileLayout<HEAD_DIM>;
   extern __shared__ uint4 smem[];  // uint4: 16-byte aligned, as cp.async and ldmatrix need
   const SmemTile<BLOCK_M, Layout> q_tile{reinterpret_cast<bf16*>(smem)};              // (BLOCK_M, HEAD_DIM)
   const SmemTile<BLOCK_N, Layout> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
@@ -234,19 +244,37 @@ struct Launcher {
   }
 };
 
-// Step 10's list: its measured order of preference per head dim.
+// Step 10's list at D = 64 and 128, its measured order of preference per head dim; the other head
+// dims (Part VI) from their neighbours': D = 32 and 96 as the next larger, D = 192 and 256 with one
+// 16-row tile per warp (their O would not fit two), 64 or 128 queries a block (the larger reads
+// each K/V tile for twice the queries, where this GPU's shared memory holds it: the tuner skips a
+// configuration that does not fit). D = 256 takes 8 warps (a swizzled row of 32 chunks copied by
+// 128 threads is 4 rows a pass, half the swizzle's period: device/smem_tile.h's CopyPlan) and
+// 32-key tiles (its 64-key tiles spilled on sm_80, and their window kernels on sm_90).
 const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
-                          configs<Launcher>(At<64, Config<128, 128, 2>>{},  // 4 warps, 128-key tiles
-                                            At<64, Config<128, 64, 3>>{},   // 3 tiles in flight
-                                            At<64, Config<128, 64, 2>>{},   //
-                                            At<64, Config<64, 64, 3>>{},    // 2 warps: more blocks
-                                            At<128, Config<128, 64, 2>>{},  //
-                                            At<128, Config<128, 64, 3>>{},  //
-                                            At<128, Config<128, 32, 3>>{},  // 32-key tiles: fewer registers
-                                            At<128, Config<128, 32, 2>>{}));
+                          configs<Launcher>(At<32, Config<128, 128, 2>>{},     //
+                                            At<32, Config<128, 64, 3>>{},      //
+                                            At<32, Config<64, 64, 3>>{},       //
+                                            At<64, Config<128, 128, 2>>{},     // 4 warps, 128-key tiles
+                                            At<64, Config<128, 64, 3>>{},      // 3 tiles in flight
+                                            At<64, Config<128, 64, 2>>{},      //
+                                            At<64, Config<64, 64, 3>>{},       // 2 warps: more blocks
+                                            At<96, Config<128, 32, 3>>{},      // (64-key tiles at 32 rows a warp
+                                            At<96, Config<128, 32, 2>>{},      // spilled their window kernels)
+                                            At<96, Config<128, 64, 2, 1>>{},   // 8 warps of 16 rows
+                                            At<96, Config<64, 64, 3, 1>>{},    // 4 warps of 16 rows
+                                            At<128, Config<128, 64, 2>>{},     //
+                                            At<128, Config<128, 64, 3>>{},     //
+                                            At<128, Config<128, 32, 3>>{},     // 32-key tiles: fewer registers
+                                            At<128, Config<128, 32, 2>>{},     //
+                                            At<192, Config<128, 64, 2, 1>>{},  // 8 warps of 16 rows
+                                            At<192, Config<64, 64, 2, 1>>{},   // 4 warps of 16 rows
+                                            At<192, Config<64, 32, 2, 1>>{},   //
+                                            At<256, Config<128, 32, 2, 1>>{},  // 8 warps of 16 rows
+                                            At<256, Config<128, 32, 3, 1>>{}));
 
 const Capabilities kCaps = [] {
-  Capabilities c = forward_caps({64, 128});  // step 10's: nothing beyond the common ones,
+  Capabilities c = forward_caps({32, 64, 96, 128, 192, 256});  // step 10's: nothing beyond the common ones,
   c.deterministic_backward = true;           // and the production backward's deterministic mode
   c.split_kv = true;                     // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   c.seqlens_kv = true;                   // ... and reads a length per sequence (kernels/fwd_decode.cu)

@@ -4,10 +4,15 @@
 # package's default) runs them.
 #
 # FA_HEAD_DIMS chooses the head dims the production kernels are instantiated for (each head dim is
-# a set of kernels to compile: a quick build takes one). FA_DTYPES the element types: bf16 for now.
-set(FA_HEAD_DIMS "64;128" CACHE STRING "head dims the production kernels are built for (some of: 64 128)")
+# a set of kernels to compile: a quick build takes one; "all" is every one). The default is the
+# lessons' two, 64 and 128, which CI builds; 32, 96, 192 and 256 are kernel 100's forward alone so
+# far (the other kernels refuse them by name). FA_DTYPES the element types: bf16 for now.
+set(FA_HEAD_DIMS "64;128" CACHE STRING "head dims the production kernels are built for (some of: 32 64 96 128 192 256, or all)")
 set(FA_DTYPES "bf16" CACHE STRING "element types the production kernels are built for (bf16)")
-set(fa_kernel_head_dims 64 128)
+set(fa_kernel_head_dims 32 64 96 128 192 256)
+if(FA_HEAD_DIMS STREQUAL "all")
+  set(FA_HEAD_DIMS ${fa_kernel_head_dims})
+endif()
 if(NOT FA_HEAD_DIMS)
   message(FATAL_ERROR "FA_HEAD_DIMS is empty: name at least one of ${fa_kernel_head_dims}")
 endif()
@@ -22,6 +27,9 @@ foreach(t IN LISTS FA_DTYPES)
     message(FATAL_ERROR "FA_DTYPES: element type ${t} has no production kernel yet (supported: bf16)")
   endif()
 endforeach()
+# The lessons' head dims among them: the steps a production kernel is checked against have no others.
+set(fa_step_head_dims ${FA_HEAD_DIMS})
+list(FILTER fa_step_head_dims INCLUDE REGEX "^(64|128)$")
 set(fa_head_dim_mask 0)  # bit d/8 for head dim d (kernels/launch.h)
 foreach(d IN LISTS FA_HEAD_DIMS)
   math(EXPR fa_head_dim_mask "${fa_head_dim_mask} | (1 << (${d} / 8))" OUTPUT_FORMAT HEXADECIMAL)
@@ -106,7 +114,7 @@ function(fa_production_kernel name source)
   set_tests_properties(static.kernels.${name} PROPERTIES LABELS "static;kernels")
   # Free abstraction: per configuration, the step's count of each named instruction.
   find_package(Python3 COMPONENTS Interpreter QUIET)
-  if(A_SAME_AS_STEP AND Python3_Interpreter_FOUND)
+  if(A_SAME_AS_STEP AND Python3_Interpreter_FOUND AND fa_step_head_dims)
     set(ins)
     if(A_INS)
       set(ins --ins ${A_INS})
@@ -117,7 +125,7 @@ function(fa_production_kernel name source)
     add_test(NAME static.kernels.${name}.same_as_step${A_SAME_AS_STEP}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
                      --kernel $<TARGET_OBJECTS:fa_kernel_${name}> --step $<TARGET_OBJECTS:fa_step${A_SAME_AS_STEP}> ${ins}
-                     --head-dims ${FA_HEAD_DIMS})
+                     --head-dims ${fa_step_head_dims})
     set_tests_properties(static.kernels.${name}.same_as_step${A_SAME_AS_STEP} PROPERTIES LABELS "static;kernels")
   endif()
 endfunction()
@@ -168,11 +176,11 @@ if(FA_BUILD_TESTS)
   add_test(NAME static.kernels.bwd_mma.vector_atomics COMMAND ${cmd})
   set_tests_properties(static.kernels.bwd_mma.vector_atomics PROPERTIES LABELS "static;kernels" SKIP_RETURN_CODE 77)
   find_package(Python3 COMPONENTS Interpreter QUIET)
-  if(Python3_Interpreter_FOUND AND TARGET fa_step23)
+  if(Python3_Interpreter_FOUND AND TARGET fa_step23 AND fa_step_head_dims)
     add_test(NAME static.kernels.bwd_mma.same_as_step23
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
                      --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_mma> --step $<TARGET_OBJECTS:fa_step23>
-                     --ins HMMA LDSM LDGSTS MUFU.EX2 RED REDG BAR.SYNC --head-dims ${FA_HEAD_DIMS}
+                     --ins HMMA LDSM LDGSTS MUFU.EX2 RED REDG BAR.SYNC --head-dims ${fa_step_head_dims}
                      --skip WindowFlag)
     set_tests_properties(static.kernels.bwd_mma.same_as_step23 PROPERTIES LABELS "static;kernels")
   endif()
@@ -187,12 +195,12 @@ if(FA_BUILD_TESTS)
                         FORBID HMMA LDSM LDGSTS REDG ATOMG KERNEL backward_kernel)
   add_test(NAME static.kernels.bwd_hopper COMMAND ${cmd})
   set_tests_properties(static.kernels.bwd_hopper PROPERTIES LABELS "static;kernels")
-  if(Python3_Interpreter_FOUND AND TARGET fa_step37)
+  if(Python3_Interpreter_FOUND AND TARGET fa_step37 AND fa_step_head_dims)
     add_test(NAME static.kernels.bwd_hopper.same_as_step37
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
                      --family backward --kernel $<TARGET_OBJECTS:fa_kernel_bwd_hopper> --step $<TARGET_OBJECTS:fa_step37>
                      --ins HGMMA UTMALDG UTMAREDG SYNCS.ARRIVE MUFU.EX2 RED REDG BAR.SYNC BAR.ARV
-                     --head-dims ${FA_HEAD_DIMS} --skip WindowFlag)
+                     --head-dims ${fa_step_head_dims} --skip WindowFlag)
     set_tests_properties(static.kernels.bwd_hopper.same_as_step37 PROPERTIES LABELS "static;kernels")
   endif()
 endif()

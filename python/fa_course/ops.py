@@ -16,6 +16,10 @@ _ALIGNS = {"top_left": False, "bottom_right": True}
 # The largest magnitude that rounds to 0 in fp32 (half the smallest subnormal, 2^-149; the tie goes
 # to the even neighbour, 0). Plain float arithmetic, so that torch.compile traces the check.
 _FP32_ROUNDS_TO_ZERO = 2.0 ** -150
+# The head dims the library's backwards have (kernels/bwd_mma.cu, kernels/bwd_hopper.cu). Kernel
+# 100's forward has more where the library is built for them (FA_HEAD_DIMS: 32, 96, 192, 256): a
+# call that would need a gradient there is refused before its forward runs, not at backward time.
+_BACKWARD_HEAD_DIMS = (64, 128)
 
 
 def _strides(t: torch.Tensor) -> list:
@@ -378,6 +382,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise ValueError(f"fa_course.attention: softmax_scale {softmax_scale} rounds to 0 in fp32 (0 asks for the "
                          "default 1/sqrt(D)); the library refuses other non-positive or non-finite scales itself")
     grad = _needs_grad(q, k, v)
+    if grad and q.dim() == 4 and q.shape[-1] not in _BACKWARD_HEAD_DIMS:
+        raise NotImplementedError(f"fa_course.attention: no backward at head dim {q.shape[-1]} yet (the backwards "
+                                  f"have {' and '.join(map(str, _BACKWARD_HEAD_DIMS))}); run the forward under "
+                                  "torch.no_grad() or with inputs that do not require grad")
     window = _window(window_size, "attention")
     if alibi_slopes is not None and torch.is_grad_enabled() and alibi_slopes.requires_grad:
         raise NotImplementedError("fa_course.attention: no gradient for alibi_slopes (the library's backward, like "

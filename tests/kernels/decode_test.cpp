@@ -8,6 +8,7 @@
 // 29 and 30's ragged and paged cache tests run through both kernels too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -23,6 +24,18 @@ namespace {
 using testing::expect_split_matches;
 using testing::split_shape;
 
+// The head dims the decode kernel serves of those the step has (its tuner's: 64 and 128). Kernel
+// 100's forward has more (Part VI's 32, 96, 192 and 256, where the build compiles them); a decode
+// call at one of those runs the prefill kernel, and the decode kernel's own options are refused
+// (Decode.OtherHeadDims).
+std::vector<int64_t> decode_head_dims() {
+  const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionDecode);
+  std::vector<int64_t> dims;
+  for (int d : testing::the_step().caps.head_dims)
+    if (t != nullptr && !t->config_names(d).empty()) dims.push_back(d);
+  return dims;
+}
+
 // shapes(d)'s calls on every configuration of the decode kernel's tuner (keys over warps, 32 rows a
 // warp, ...) at every head dim, each unsplit (a workspace given, num_splits = 1) and in 4 splits.
 template <typename Shapes>
@@ -30,7 +43,7 @@ void expect_every_decode_config_matches(Shapes&& shapes) {
   const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionDecode);
   ASSERT_NE(t, nullptr);
   int runs = 0;
-  for (int64_t d : testing::the_step().caps.head_dims)
+  for (int64_t d : decode_head_dims())
     for (const std::string& config : t->config_names(int(d)))
       for (int splits : {1, 4}) {
         for (const ProblemShape& s : shapes(d)) expect_split_matches(s, splits, 4, t, config);
@@ -54,7 +67,7 @@ TEST(Decode, EveryConfigurationMatches) {
   const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionDecode);
   ASSERT_NE(t, nullptr);
   int runs = 0;
-  for (int64_t d : testing::the_step().caps.head_dims)
+  for (int64_t d : decode_head_dims())
     for (const std::string& config : t->config_names(int(d))) {
       for (int splits : {1, 3}) expect_split_matches(split_shape(2, 32, 8, 1, 1000, d), splits, splits, t, config);
       expect_split_matches(split_shape(2, 16, 2, 1, 700, d, true), 2, 2, t, config);
@@ -83,7 +96,7 @@ TEST(Decode, RowsThatSeeNoKeyAreZero) {
 // speculative causal rows, rows that see no key.
 TEST(Decode, CombineEveryWarpsPerRow) {
   FA_REQUIRE_GPU();
-  for (int64_t d : testing::the_step().caps.head_dims) {
+  for (int64_t d : decode_head_dims()) {
     for (int splits : {3, 6, 12, 24, 32, 64}) expect_split_matches(split_shape(1, 32, 8, 1, 3000, d), splits, splits);
     expect_split_matches(split_shape(2, 16, 2, 1, 1000, d), 64, 64);
     expect_split_matches(split_shape(2, 16, 2, 5, 4000, d, true), 24, 24);
@@ -148,7 +161,7 @@ TEST(Decode, SlidingWindowOnLongPackedSequences) {
   testing::VarlenOptions window;
   window.window = {128, 0};
   if (testing::the_step().number == kernels::kProductionHopper) window.refusal = "a sliding window with packed";
-  for (int64_t d : testing::the_step().caps.head_dims)
+  for (int64_t d : decode_head_dims())
     testing::expect_varlen_matches({300, 37, 520, 129}, {400, 37, 520, 641}, 4, 2, d, true, 0, 0, false, "", window);
 }
 
@@ -209,6 +222,34 @@ TEST(Decode, PagesOfACallItDoesNotTakeAreRefused) {
   p.block_table = table.get(), p.block_table_stride = 8, p.page_size = 64, p.num_pages = 1;
   p.k_stride = p.v_stride = Strides{64 * 2 * 64, 64, 2 * 64, 1};  // one page of (64, H_kv, D)
   expect_refused_untouched(prob, p, "block_table");
+}
+
+// At a head dim the step has and the decode kernel lacks, a decode-shaped call without the decode
+// kernel's options runs on the step's prefill kernel and matches; a split, lengths per sequence or
+// pages are refused by name with nothing written. (Kernel 100 built with FA_HEAD_DIMS=all; where
+// the step has no such head dim the test is skipped, never passed.)
+TEST(Decode, OtherHeadDims) {
+  FA_REQUIRE_GPU();
+  const std::vector<int64_t> served = decode_head_dims();
+  int runs = 0;
+  for (int64_t d : testing::the_step().caps.head_dims) {
+    if (std::find(served.begin(), served.end(), d) != served.end()) continue;
+    ++runs;
+    testing::expect_matches_reference(testing::the_step(), split_shape(2, 32, 8, 1, 1000, d));
+    testing::expect_matches_reference(testing::the_step(), split_shape(2, 16, 2, 5, 777, d, true));
+    AttentionProblem prob(split_shape(2, 32, 8, 1, 1000, d));
+    AttentionParams p = prob.params();
+    const size_t bytes = split_kv_workspace_bytes(p, 2);
+    DeviceBuffer<unsigned char> ws(bytes);
+    p.num_splits = 2, p.workspace = ws.get(), p.workspace_bytes = bytes;
+    expect_refused_untouched(prob, p, "head dim " + std::to_string(d));
+    p = prob.params();
+    DeviceBuffer<int32_t> lengths(2);
+    lengths.upload({100, 1000});
+    p.seqlens_kv = lengths.get();
+    expect_refused_untouched(prob, p, "seqlens_kv");
+  }
+  if (runs == 0) GTEST_SKIP() << "the step has no head dim beyond the decode kernel's (FA_HEAD_DIMS)";
 }
 
 // describe (fa_step_describe, the package's describe) names the kernel that runs the call: the

@@ -568,6 +568,39 @@ def test_flash_attn_func_is_flash_attns_call(shape, causal):
         q, k, v, causal=causal, bottom_right=True))
 
 
+def head_dim_built(d):
+    """Whether the library has a forward at head dim d (kernel 100's Part VI head dims are built where
+    FA_HEAD_DIMS names them; 64 and 128 always)."""
+    q, k, v = inputs(1, 1, 1, 1, 1, d)
+    try:
+        fa_course.pick_step(q, k, v)
+        return True
+    except fa_course.UnsupportedInputError:
+        return False
+
+
+@pytest.mark.parametrize("d", [32, 96, 192, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dims_beyond_the_lessons(d, causal):
+    """Part VI's head dims on kernel 100's forward: flash_attn_func against the fp64 reference (ragged,
+    GQA, N_q > N_kv bottom-right, whose first rows see no key), the library's choice kernel 100; a call
+    that needs a gradient is refused before anything runs."""
+    if not head_dim_built(d):
+        pytest.skip(f"the library is not built for head dim {d} (FA_HEAD_DIMS)")
+    for shape in ((2, 77, 131, 4, 2, d), (1, 300, 200, 8, 1, d), (1, 1013, 1024, 2, 2, d)):
+        q, k, v = inputs(*shape, seed=d)
+        out, lse = fa_course.flash_attn_func(q, k, v, causal=causal, return_lse=True)
+        ref_o, ref_lse = reference(q, k, v, causal=causal, bottom_right=True, lse=True)
+        close(out, ref_o)
+        seen = torch.isfinite(ref_lse)
+        torch.testing.assert_close(lse.double()[seen], ref_lse[seen], atol=1e-3, rtol=1e-3)
+        assert torch.equal(torch.isinf(lse), ~seen)
+    assert fa_course.pick_step(q, k, v) == 100
+    q.requires_grad_()
+    with pytest.raises(NotImplementedError, match=f"no backward at head dim {d}"):
+        fa_course.flash_attn_func(q, k, v, causal=causal)
+
+
 def test_flash_attn_func_refuses_what_it_does_not_have():
     q, k, v = inputs(1, 64, 64, 2, 2, 64, seed=14)
     for kwargs, what in (({"dropout_p": 0.1}, "dropout"), ({"return_attn_probs": True}, "return_attn_probs")):

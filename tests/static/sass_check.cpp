@@ -222,6 +222,16 @@ TEST(Sass, MaximumInstructionCounts) {
 
 // 2·(D/16)·(BLOCK_N/8) from a mangled attention_kernel<D, Config<BLOCK_M, BLOCK_N, ...>> name;
 // 0 if the name has no head dim.
+int hmma_per_kv_tile(const std::string& name, int default_block_n);
+
+// The 16-row mma tiles a warp owns: a Config's fourth integer where it has one (kernel 100's
+// M_TILES: 1 at D = 192 and 256; no step's Config has four integers), else the option's.
+int row_tiles(const std::string& name, int default_row_tiles) {
+  static const std::regex re(R"(ConfigILi\d+ELi\d+ELi\d+ELi(\d+)E)");
+  std::smatch m;
+  return std::regex_search(name, m, re) ? std::stoi(m[1]) : default_row_tiles;
+}
+
 int hmma_per_kv_tile(const std::string& name, int default_block_n) {
   static const std::regex dim_re(R"(attention_kernelILi(\d+)E)"), cfg_re(R"(ConfigILi\d+ELi(\d+)E)");
   std::smatch m;
@@ -239,7 +249,7 @@ TEST(Sass, HmmaPerKvTile) {
   const std::vector<const Kernel*> kernels = matching_kernels();
   ASSERT_FALSE(kernels.empty()) << "no kernel matches --kernel=" << g_opt.kernel << " --arch=" << g_opt.arch;
   for (const Kernel* k : kernels) {
-    const int need = hmma_per_kv_tile(k->name, g_opt.hmma_block_n) * g_opt.hmma_row_tiles;
+    const int need = hmma_per_kv_tile(k->name, g_opt.hmma_block_n) * row_tiles(k->name, g_opt.hmma_row_tiles);
     ASSERT_GT(need, 0) << k->name << ": no attention_kernel<HEAD_DIM, ...> in the name";
     const int got = count_instruction(k->sass, "HMMA");
     std::cout << "  " << k->arch << " " << k->name << ": " << got << " HMMA, one K/V tile needs " << need << "\n";

@@ -292,6 +292,25 @@ TEST(Backward, ScoreMods) {
   expect_gradients_untouched(g);
 }
 
+// A head dim the step's forward has and its backward lacks (kernel 100's Part VI head dims, 32, 96,
+// 192 and 256, where the build compiles them: the backwards have 64 and 128): the forward runs, the
+// backward refuses by name and writes nothing. Skipped, never passed, for a step without one.
+TEST(Backward, HeadDimsWithoutABackwardAreRefused) {
+  FA_REQUIRE_GPU();
+  const StepInfo& step = testing::the_step();
+  int runs = 0;
+  for (int d : step.caps.head_dims) {
+    if (d == 64 || d == 128) continue;
+    ++runs;
+    AttentionProblem prob(shape(1, 2, 1, 100, 130, d, true, CausalAlign::bottom_right, 11));
+    ASSERT_TRUE(step.forward(prob.params(), nullptr).ok()) << "D = " << d;
+    Gradients g = make_gradients(prob, 12);
+    expect_refused(step.backward(g.bp, nullptr), "head dim " + std::to_string(d));
+    expect_gradients_untouched(g);
+  }
+  if (runs == 0) GTEST_SKIP() << "the step's forward has no head dim beyond its backward's";
+}
+
 // Refusals: no LSE, a workspace too small, dK overlapping dV; nothing is written.
 TEST(Backward, RefusesBadCalls) {
   FA_REQUIRE_GPU();
