@@ -54,6 +54,7 @@ template <int COLS>
 struct PaddedLayout {
   static_assert(COLS % 16 == 0, "tile rows are whole 16×16 blocks");
   static constexpr int kCols = COLS;
+  static constexpr bool kSwizzled = false;
   static constexpr int kRowElems = COLS + 8;  // the 8 extra bf16 = 16 bytes shift each row's banks
   static constexpr int kRowPitch = kRowElems;
   FA_HD static constexpr int offset(int row, int col) { return row * kRowElems + col; }
@@ -89,6 +90,7 @@ struct WgmmaLayout {
   static_assert(COLS % 64 == 0 && ROWS % 8 == 0, "whole 64-column panels of whole 8-row swizzle atoms");
   static constexpr int kCols = COLS;
   static constexpr int kRows = ROWS;
+  static constexpr bool kSwizzled = true;
   static constexpr int kPanelElems = ROWS * 64;  // one (ROWS, 64) panel
   static constexpr int kRowElems = COLS;         // a tile of r rows holds r · COLS elements
   static constexpr int kRowPitch = 64;           // one row down, inside a panel
@@ -171,10 +173,10 @@ struct CopyPlan {
   }
 };
 
-/// Whether a layout's offsets step by a constant from pass to pass of a plan: linear in the row (no
+/// Whether a layout's offsets step by a constant from pass to pass of a plan: linear in the row (not
 /// kSwizzled), or whole groups of 8 rows a pass (the swizzle's period).
 template <typename Layout, typename Plan>
-constexpr bool kPlanFits = !requires { Layout::kSwizzled; } || Plan::kRowsPerPass % 8 == 0;
+constexpr bool kPlanFits = !Layout::kSwizzled || Plan::kRowsPerPass % 8 == 0;
 
 /// Fills `tile` with rows [0, ROWS) of a bf16 matrix at `src` (rows `stride` elements apart),
 /// through registers: 16-byte global loads, then 16-byte shared stores. Rows >= valid_rows are
@@ -191,7 +193,7 @@ __device__ __forceinline__ void load_tile(SmemTile<ROWS, Layout> tile, const bf1
   for (int pass = 0; pass < Plan::kPasses; ++pass) {
     const int row = row0 + pass * Plan::kRowsPerPass;
     chunk[pass] = Plan::copies(row) && row < valid_rows ? *reinterpret_cast<const uint4*>(src + row * stride + col)
-                                                         : make_uint4(0, 0, 0, 0);
+                                                        : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int pass = 0; pass < Plan::kPasses; ++pass)

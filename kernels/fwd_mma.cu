@@ -49,8 +49,8 @@ constexpr int kMmaRows = 16;  // rows of one m16n8k16 tile
 // two of at least 128 bytes (D = 64, 128, 256), else step 04's padded rows (D = 32: 80 bytes a row,
 // D = 96: 208, D = 192: 400; each 8 rows on 8 different 16-byte bank groups, as ldmatrix needs).
 template <int HEAD_DIM>
-using TileLayout = std::conditional_t<HEAD_DIM % 64 == 0 && (HEAD_DIM & (HEAD_DIM - 1)) == 0,
-                                      SwizzledLayout<HEAD_DIM>, PaddedLayout<HEAD_DIM>>;
+using TileLayout = std::conditional_t<HEAD_DIM % 64 == 0 && (HEAD_DIM & (HEAD_DIM - 1)) == 0, SwizzledLayout<HEAD_DIM>,
+                                      PaddedLayout<HEAD_DIM>>;
 
 // One kernel configuration: query rows per block, keys per K/V tile, K/V tiles in flight, and
 // 16-row mma tiles per warp (step 10's 2; 1 where a warp's O would not fit its registers at 32 rows:
@@ -275,7 +275,7 @@ const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
 
 const Capabilities kCaps = [] {
   Capabilities c = forward_caps({32, 64, 96, 128, 192, 256});  // step 10's: nothing beyond the common ones,
-  c.deterministic_backward = true;           // and the production backward's deterministic mode
+  c.deterministic_backward = true;                             // and the production backward's deterministic mode
   c.split_kv = true;                     // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   c.seqlens_kv = true;                   // ... and reads a length per sequence (kernels/fwd_decode.cu)
   c.paged_kv = true;                     // ... a paged cache
