@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # scripts/sanitize_configs.sh [--dry-run] [BUILD]   compute-sanitizer on every kernel configuration
 # the library's choice (FA_STEP_AUTO) can run: each configuration of each step or production kernel
-# in FA_SANITIZE_STEPS, at D = 64 and 128, on one small ragged shape (B=1 H=2 H_kv=1 N_q=77 N_kv=131,
+# in FA_SANITIZE_STEPS, at D = 64 and 128 (FA_SANITIZE_DIMS), on one small ragged shape (B=1 H=2 H_kv=1 N_q=77 N_kv=131,
 # causal bottom-right: masked and ragged tiles, GQA), under each tool in FA_SANITIZE_TOOLS.
 #   FA_SANITIZE_STEPS  default "100 101", the production kernels: 101 (Hopper) on an H100/H200, 100
 #                      (mma.sync) on other GPUs and wherever 101 refuses the input (a broadcast K
 #                      or V, strides TMA cannot express); no step is chosen past them
 #   FA_SANITIZE_TOOLS  default "memcheck racecheck synccheck"
 #   FA_SANITIZE_ARGS   the shape, as fa2 run options (default above)
+#   FA_SANITIZE_DIMS   the head dims (default "64 128"; kernel 100 built with FA_HEAD_DIMS=all has
+#                      32, 96, 192 and 256 too)
 # The GPU report's sanitizer pass covers only the configuration its one shape tunes to; this covers
 # them all. Logs go to BUILD/sanitize/; the last line says how many runs were clean. Exit 0 when all
 # were, 1 when any was not, 77 (skipped) without a GPU or compute-sanitizer. --dry-run prints the
@@ -30,7 +32,7 @@ logs=$build/sanitize
 mkdir -p "$logs"
 runs=0 clean=0 skipped=0
 for step in $steps; do
-  for d in 64 128; do
+  for d in ${FA_SANITIZE_DIMS:-64 128}; do
     mapfile -t configs < <("$fa2" configs --step "$step" --d "$d" 2>/dev/null)
     [ ${#configs[@]} -gt 0 ] || { echo "step $step D=$d: no configurations (not registered in this fa2?)"; continue; }
     for cfg in "${configs[@]}"; do

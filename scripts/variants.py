@@ -76,6 +76,12 @@ class Runner:
             raise SystemExit(f"variants: {why}")
         try:
             from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            # Each variant's score_mod and block mask, forward and backward (grad mode), is a graph of
+            # its own: past dynamo's default limit of 8 FlexAttention fell back to its unfused
+            # implementation, which materialises the scores (3-8 TFLOP/s and out of memory at 64k).
+            for name in ("recompile_limit", "cache_size_limit"):
+                if hasattr(torch._dynamo.config, name):
+                    setattr(torch._dynamo.config, name, 256)
             self.flex = torch.compile(flex_attention, dynamic=False)
             self.block_mask = create_block_mask
         except Exception as e:  # FlexAttention missing: its rows say so

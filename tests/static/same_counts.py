@@ -69,8 +69,9 @@ def main():
     a = ap.parse_args()
     k = counts(a.cuobjdump, a.kernel, a.ins, a.family, a.skip, a.only)
     s = counts(a.cuobjdump, a.step, a.ins, a.family, None, a.only)
-    if a.head_dims:
+    if a.head_dims:  # both sides: a production kernel has head dims no step has (kernel 100's Part VI ones)
         s = {key: v for key, v in s.items() if key[1] in a.head_dims}
+        k = {key: v for key, v in k.items() if key[1] in a.head_dims}
     if not k or not s:
         print(f"no {a.family} kernel with its configuration found ({len(k)} in the kernel, {len(s)} in the step)")
         return 1
