@@ -76,14 +76,31 @@ __device__ __forceinline__ void mma_qk_async(Acc<N>& s, SmemTile<QROWS, WgmmaLay
   }
 }
 
+/// O's columns [C0, D) += P's 16 keys at `a` times V's 16 rows at `v`: one wgmma per 128 columns (the
+/// widest the wrappers issue) and one of 64 for what is left (D = 192), each reading V from the
+/// chunk's first 64-column panel on and accumulating into its own Acc registers.
+template <int C0, int D, int N>
+__device__ __forceinline__ void mma_pv_columns(Acc<D>& o, const uint32_t (&a)[4], uint32_t v) {
+  constexpr int W = D - C0 < 128 ? D - C0 : 128;
+  static_assert(W == 64 || W == 128, "whole 64-column panels");
+  ptx::wgmma_rs_mn<W>(*reinterpret_cast<float(*)[W / 8][4]>(&o.c[C0 / 8]), a,
+                      ptx::smem_desc_mn_major(v + (C0 / 64) * N * 128, N * 128), true);
+  if constexpr (C0 + W < D) mma_pv_columns<C0 + W, D, N>(o, a, v);
+}
+
 /// O += P·V for the warpgroup's 64 rows: P (64, N) in registers, one FragA per warp, and the N
-/// value rows of `v_tile`: N / 16 wgmmas, one per 16 keys (16 rows of 128 bytes further down).
+/// value rows of `v_tile`: N / 16 wgmmas, one per 16 keys (16 rows of 128 bytes further down);
+/// past D = 128 (192, 256) each of those is D / 128 wgmmas, one per 128 columns of O.
 template <int D, int N>
 __device__ __forceinline__ void mma_pv_async(Acc<D>& o, const FragA<N>& p, SmemTile<N, WgmmaLayout<N, D>> v_tile) {
   const uint32_t v = v_tile.addr();
 #pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk)
-    ptx::wgmma_rs_mn<D>(o.c, p.a[kk], ptx::smem_desc_mn_major(v + kk * 16 * 128, N * 128), true);
+  for (int kk = 0; kk < N / 16; ++kk) {
+    if constexpr (D <= 128)
+      ptx::wgmma_rs_mn<D>(o.c, p.a[kk], ptx::smem_desc_mn_major(v + kk * 16 * 128, N * 128), true);
+    else
+      mma_pv_columns<0, D, N>(o, p.a[kk], v + kk * 16 * 128);
+  }
 }
 
 /// d (64, 64) = Aᵀ·B, where A and B are stored with the product's K as their rows: A = columns

@@ -408,7 +408,8 @@ struct Launcher {
                               })
         : p.has_window() ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag>
                          : attention_kernel<HEAD_DIM, Cfg, Batched>;
-    if (kernel == nullptr) return launch<HEAD_DIM, TwoConsumers<HEAD_DIM>>(p, stream);
+    if constexpr (HEAD_DIM == 64 || HEAD_DIM == 128)
+      if (kernel == nullptr) return launch<HEAD_DIM, TwoConsumers<HEAD_DIM>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)
@@ -436,17 +437,22 @@ struct Launcher {
   }
 };
 
-// Step 16's list, its measured order of preference per head dim (steps/16_tma_store/README.md).
+// Step 16's list, its measured order of preference per head dim (steps/16_tma_store/README.md), and
+// Part VI's D = 192 and 256: two consumers with 64-key tiles (O alone is D / 2 registers a thread;
+// with the next tile's S issued before P·V, 128-key tiles would not fit 240), 2 or 3 stages.
 const tuner::Tuner kTuner(
     kProductionHopper, FA_BUILD_ID,
-    configs<Launcher>(At<64, Config<256, 64, 5>>{},                     // 4 consumers, 5 tiles in flight
-                      At<64, Config<192, 128, 4>>{},                    // 3 consumers, 128-key tiles
-                      At<64, Config<128, 128, 4>>{},                    // 2 consumers, 128-key tiles
-                      At<128, Config<192, 64, 4>>{},                    // 3 consumers at 160 registers
-                      At<128, Config<128, 128, 3, RegisterStore>>{}));  // 2 at 240, O from registers
+    configs<Launcher>(At<64, Config<256, 64, 5>>{},                    // 4 consumers, 5 tiles in flight
+                      At<64, Config<192, 128, 4>>{},                   // 3 consumers, 128-key tiles
+                      At<64, Config<128, 128, 4>>{},                   // 2 consumers, 128-key tiles
+                      At<128, Config<192, 64, 4>>{},                   // 3 consumers at 160 registers
+                      At<128, Config<128, 128, 3, RegisterStore>>{},   // 2 at 240, O from registers
+                      At<192, Config<128, 64, 2>>{},                   // Part VI: 2 consumers, 64-key tiles
+                      At<192, Config<128, 64, 3, RegisterStore>>{},    //
+                      At<256, Config<128, 64, 2, RegisterStore>>{}));  // 193 KB: O from registers
 
 const Capabilities kCaps = [] {
-  Capabilities c = forward_caps({64, 128});
+  Capabilities c = forward_caps({64, 128, 192, 256});
   c.only_sm = 90;                           // wgmma: sm_90a code, compute capability 9.0 only
   c.broadcast = false;                      // TMA maps step every dimension: no zero strides
   c.tma = true;                             // 32-bit coordinates, 40-bit byte strides

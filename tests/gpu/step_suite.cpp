@@ -64,8 +64,8 @@ void add_test(const std::string& suite, const std::string& name, std::function<v
 }
 
 // The head dims the suite asks of every step: the lessons' 64 and 128, and Part VI's others (a step
-// is asked only those its capabilities list: kernel 100's forward has all six where the build
-// compiles them, FA_HEAD_DIMS).
+// is asked only those its capabilities list: kernel 100's forward has all six, kernel 101's four,
+// where the build compiles them, FA_HEAD_DIMS).
 constexpr int kSuiteHeadDims[] = {32, 64, 96, 128, 192, 256};
 
 bool supports(const StepInfo& st, const ProblemShape& s) {

@@ -24,8 +24,9 @@ namespace {
 using testing::expect_split_matches;
 using testing::split_shape;
 
-// The head dims the decode kernel serves of those the step has (its tuner's: 64 and 128). Kernel
-// 100's forward has more (Part VI's 32, 96, 192 and 256, where the build compiles them); a decode
+// The head dims the decode kernel serves of those the step has (its tuner's: 64 and 128). The
+// forwards have more (Part VI's: 32, 96, 192 and 256 on kernel 100, 192 and 256 on 101, where the
+// build compiles them); a decode
 // call at one of those runs the prefill kernel, and the decode kernel's own options are refused
 // (Decode.OtherHeadDims).
 std::vector<int64_t> decode_head_dims() {
@@ -226,8 +227,8 @@ TEST(Decode, PagesOfACallItDoesNotTakeAreRefused) {
 
 // At a head dim the step has and the decode kernel lacks, a decode-shaped call without the decode
 // kernel's options runs on the step's prefill kernel and matches; a split, lengths per sequence or
-// pages are refused by name with nothing written. (Kernel 100 built with FA_HEAD_DIMS=all; where
-// the step has no such head dim the test is skipped, never passed.)
+// pages are refused by name with nothing written. (Built with FA_HEAD_DIMS=all; where the step has
+// no such head dim the test is skipped, never passed.)
 TEST(Decode, OtherHeadDims) {
   FA_REQUIRE_GPU();
   const std::vector<int64_t> served = decode_head_dims();

@@ -292,8 +292,8 @@ TEST(Backward, ScoreMods) {
   expect_gradients_untouched(g);
 }
 
-// A head dim the step's forward has and its backward lacks (kernel 100's Part VI head dims, 32, 96,
-// 192 and 256, where the build compiles them: the backwards have 64 and 128): the forward runs, the
+// A head dim the step's forward has and its backward lacks (Part VI's 32, 96, 192 and 256 on kernel
+// 100, 192 and 256 on 101, where the build compiles them: the backwards have 64 and 128): the forward runs, the
 // backward refuses by name and writes nothing. Skipped, never passed, for a step without one.
 TEST(Backward, HeadDimsWithoutABackwardAreRefused) {
   FA_REQUIRE_GPU();
