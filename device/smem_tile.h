@@ -100,6 +100,33 @@ struct WgmmaLayout {
   FA_HD static constexpr int bytes(int rows) { return rows * COLS * 2; }
 };
 
+// Each thread copies 16-byte chunks; all NUM_THREADS threads together copy ROWS_PER_PASS rows per
+// pass. As ROWS_PER_PASS is a multiple of 8, a thread's chunk has the same swizzle in every pass
+// and its shared offset steps by a constant. Where a row's chunks do not divide the threads (12 at
+// D = 96, 24 at D = 192), the threads past the last whole row of a pass copy nothing (kActive), and
+// where the passes overrun the tile the last one stops at ROWS (kRagged): a padded layout's offset
+// is linear in the row, so any number of rows a pass keeps the constant step; the swizzle's needs a
+// multiple of 8. Both are compile-time facts: the lessons' tiles compile as they did.
+template <int ROWS, int COLS, int NUM_THREADS>
+struct CopyPlan {
+  static constexpr int kChunks = COLS / 8;  // 16-byte chunks per row
+  static constexpr int kRowsPerPass = NUM_THREADS / kChunks;
+  static constexpr int kActive = kRowsPerPass * kChunks;  // the threads that copy
+  static constexpr int kPasses = (ROWS + kRowsPerPass - 1) / kRowsPerPass;
+  static constexpr bool kRagged = ROWS % kRowsPerPass != 0;
+  static_assert(kRowsPerPass >= 1, "at least a row per pass");
+  /// Whether thread `thread` copies a chunk in the pass where its row is `row` (from the tile's
+  /// first; thread t's row in pass p is t / kChunks + p·kRowsPerPass, its column t % kChunks · 8).
+  FA_HD static constexpr bool copies(int thread, int row) {
+    return (kActive == NUM_THREADS || thread < kActive) && (!kRagged || row < ROWS);
+  }
+};
+
+/// Whether a layout's offsets step by a constant from pass to pass of a plan: linear in the row (not
+/// kSwizzled), or whole groups of 8 rows a pass (the swizzle's period).
+template <typename Layout, typename Plan>
+constexpr bool kPlanFits = !Layout::kSwizzled || Plan::kRowsPerPass % 8 == 0;
+
 /// wgmma reads its swizzle atoms (8 rows of 128 bytes) from 1024-byte boundaries: a kernel with
 /// WgmmaLayout tiles allocates this much more dynamic shared memory and starts at aligned_for_wgmma.
 constexpr int kWgmmaAlignment = 1024;
@@ -152,32 +179,6 @@ __device__ __forceinline__ SmemTile<SUB, Layout> row_block(SmemTile<ROWS, Layout
   return {t.ptr + index * SUB * Layout::kRowElems};
 }
 
-// Each thread copies 16-byte chunks; all NUM_THREADS threads together copy ROWS_PER_PASS rows per
-// pass. As ROWS_PER_PASS is a multiple of 8, a thread's chunk has the same swizzle in every pass
-// and its shared offset steps by a constant. Where a row's chunks do not divide the threads (12 at
-// D = 96, 24 at D = 192), the threads past the last whole row of a pass copy nothing (kActive), and
-// where the passes overrun the tile the last one stops at ROWS (kRagged): a padded layout's offset
-// is linear in the row, so any number of rows a pass keeps the constant step; the swizzle's needs a
-// multiple of 8. Both are compile-time facts: the lessons' tiles compile as they did.
-template <int ROWS, int COLS, int NUM_THREADS>
-struct CopyPlan {
-  static constexpr int kChunks = COLS / 8;  // 16-byte chunks per row
-  static constexpr int kRowsPerPass = NUM_THREADS / kChunks;
-  static constexpr int kActive = kRowsPerPass * kChunks;  // the threads that copy
-  static constexpr int kPasses = (ROWS + kRowsPerPass - 1) / kRowsPerPass;
-  static constexpr bool kRagged = ROWS % kRowsPerPass != 0;
-  static_assert(kRowsPerPass >= 1, "at least a row per pass");
-  /// Whether this thread copies a chunk in the pass where its row is `row` (from the tile's first).
-  __device__ __forceinline__ static bool copies(int row) {
-    return (kActive == NUM_THREADS || int(threadIdx.x) < kActive) && (!kRagged || row < ROWS);
-  }
-};
-
-/// Whether a layout's offsets step by a constant from pass to pass of a plan: linear in the row (not
-/// kSwizzled), or whole groups of 8 rows a pass (the swizzle's period).
-template <typename Layout, typename Plan>
-constexpr bool kPlanFits = !Layout::kSwizzled || Plan::kRowsPerPass % 8 == 0;
-
 /// Fills `tile` with rows [0, ROWS) of a bf16 matrix at `src` (rows `stride` elements apart),
 /// through registers: 16-byte global loads, then 16-byte shared stores. Rows >= valid_rows are
 /// written as zeros and not read. The caller synchronises the block before the tile is read.
@@ -192,12 +193,13 @@ __device__ __forceinline__ void load_tile(SmemTile<ROWS, Layout> tile, const bf1
 #pragma unroll
   for (int pass = 0; pass < Plan::kPasses; ++pass) {
     const int row = row0 + pass * Plan::kRowsPerPass;
-    chunk[pass] = Plan::copies(row) && row < valid_rows ? *reinterpret_cast<const uint4*>(src + row * stride + col)
-                                                        : make_uint4(0, 0, 0, 0);
+    chunk[pass] = Plan::copies(int(threadIdx.x), row) && row < valid_rows
+                      ? *reinterpret_cast<const uint4*>(src + row * stride + col)
+                      : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int pass = 0; pass < Plan::kPasses; ++pass)
-    if (Plan::copies(row0 + pass * Plan::kRowsPerPass))
+    if (Plan::copies(int(threadIdx.x), row0 + pass * Plan::kRowsPerPass))
       *reinterpret_cast<uint4*>(dst0 + pass * Plan::kRowsPerPass * Layout::kRowPitch) = chunk[pass];
 }
 
@@ -215,7 +217,8 @@ __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, con
     const int row = row0 + pass * Plan::kRowsPerPass;
     const bool valid = row < valid_rows;
     const bf16* g = src + (valid ? row * stride + col : 0);
-    if (Plan::copies(row)) ptx::cp_async_16(smem0 + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2, g, valid);
+    if (Plan::copies(int(threadIdx.x), row))
+      ptx::cp_async_16(smem0 + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2, g, valid);
   }
 }
 

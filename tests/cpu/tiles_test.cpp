@@ -11,6 +11,7 @@
 #include "library/launch_limits.h"
 #include "device/ptx/swizzle.h"
 #include "device/ptx/wgmma.h"
+#include "device/smem_tile.h"
 #include "device/tiles.h"
 
 namespace fa {
@@ -281,6 +282,73 @@ TEST(Swizzle, EightRowsAtOneChunkHitEveryBankOnce) {
         }
         EXPECT_EQ(banks.size(), 32u) << "row_elems " << row_elems << " rows " << row0 << ".. col " << col;
       }
+}
+
+// Kernel 100's padded tiles (Part VI's head dims 32, 96 and 192, whose rows are not a power of two
+// of 128 bytes or more): the 8 rows one ldmatrix phase reads at one logical chunk cover the 32
+// banks exactly once, as the swizzle's do.
+TEST(PaddedLayout, EightRowsAtOneChunkHitEveryBankOnce) {
+  auto check = [](auto layout) {
+    using L = decltype(layout);
+    for (int row0 = 0; row0 < 64; row0 += 8)
+      for (int col = 0; col < L::kCols; col += 8) {
+        std::set<int> banks;
+        for (int r = row0; r < row0 + 8; ++r) {
+          const int byte = 2 * L::offset(r, col);
+          EXPECT_EQ(byte % 16, 0) << "ldmatrix reads 16-byte aligned rows";
+          for (int w = 0; w < 4; ++w) banks.insert((byte / 4 + w) % 32);
+        }
+        EXPECT_EQ(banks.size(), 32u) << "D = " << L::kCols << " rows " << row0 << ".. col " << col;
+      }
+  };
+  check(tile::PaddedLayout<32>{});
+  check(tile::PaddedLayout<96>{});
+  check(tile::PaddedLayout<192>{});
+}
+
+// A copy plan (device/smem_tile.h's CopyPlan) copies every 16-byte chunk of its tile exactly once
+// and nothing past it: thread t's chunk in pass p is row t / kChunks + p·kRowsPerPass, column
+// (t % kChunks)·8, copied where copies(t, row) says. The tiles the kernels copy, regular (the
+// lessons') and not (threads that do not split into whole rows: D = 96 and 192; passes that overrun
+// the tile); a swizzled tile's plan keeps whole groups of 8 rows a pass (kPlanFits).
+template <int ROWS, int COLS, int NT, typename Layout>
+void expect_plan_covers_tile() {
+  using Plan = tile::CopyPlan<ROWS, COLS, NT>;
+  SCOPED_TRACE("tile " + std::to_string(ROWS) + "x" + std::to_string(COLS) + ", " + std::to_string(NT) + " threads");
+  const size_t chunks = static_cast<size_t>(ROWS) * Plan::kChunks;
+  std::vector<int> copied(chunks, 0);
+  for (int t = 0; t < NT; ++t)
+    for (int pass = 0; pass < Plan::kPasses; ++pass) {
+      const int row = t / Plan::kChunks + pass * Plan::kRowsPerPass, chunk = t % Plan::kChunks;
+      if (!Plan::copies(t, row)) continue;
+      ASSERT_LT(row, ROWS) << "thread " << t << " pass " << pass << " copies past the tile";
+      ++copied[size_t(row) * Plan::kChunks + size_t(chunk)];
+    }
+  for (size_t i = 0; i < chunks; ++i)
+    EXPECT_EQ(copied[i], 1) << "row " << i / Plan::kChunks << " chunk " << i % Plan::kChunks;
+  EXPECT_TRUE((tile::kPlanFits<Layout, Plan>));
+}
+
+TEST(CopyPlan, EveryChunkOnceAndNothingPastTheTile) {
+  using tile::PaddedLayout, tile::SwizzledLayout;
+  // The lessons' (regular); then kernel 100's tiles at Part VI's head dims, (rows, D, threads):
+  // Q tiles of BLOCK_M rows and K/V tiles of BLOCK_N (kernels/fwd_mma.cu's configurations).
+  expect_plan_covers_tile<128, 64, 128, SwizzledLayout<64>>();
+  expect_plan_covers_tile<64, 128, 128, SwizzledLayout<128>>();
+  expect_plan_covers_tile<128, 32, 128, PaddedLayout<32>>();  // D = 32: 32 rows a pass
+  expect_plan_covers_tile<64, 32, 128, PaddedLayout<32>>();
+  expect_plan_covers_tile<64, 32, 64, PaddedLayout<32>>();
+  expect_plan_covers_tile<128, 96, 128, PaddedLayout<96>>();  // D = 96: 10 rows a pass, 120 threads
+  expect_plan_covers_tile<32, 96, 128, PaddedLayout<96>>();
+  expect_plan_covers_tile<64, 96, 128, PaddedLayout<96>>();
+  expect_plan_covers_tile<128, 96, 256, PaddedLayout<96>>();  // 21 rows a pass, 252 threads
+  expect_plan_covers_tile<64, 96, 256, PaddedLayout<96>>();
+  expect_plan_covers_tile<64, 192, 128, PaddedLayout<192>>();  // D = 192: 5 rows a pass
+  expect_plan_covers_tile<32, 192, 128, PaddedLayout<192>>();
+  expect_plan_covers_tile<128, 192, 256, PaddedLayout<192>>();  // 10 rows a pass, 240 threads
+  expect_plan_covers_tile<64, 192, 256, PaddedLayout<192>>();
+  expect_plan_covers_tile<128, 256, 256, SwizzledLayout<256>>();  // D = 256: 8 warps, 8 rows a pass
+  expect_plan_covers_tile<32, 256, 256, SwizzledLayout<256>>();
 }
 
 TEST(Swizzle, MovingRightBySixteenColumnsIsAnXor) {
