@@ -100,8 +100,8 @@ __device__ __forceinline__ void write_new_row(const AttentionParams& p, int64_t 
 template <int NUM_THREADS, int ROWS, typename Layout>
 struct TilePages {
   using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
-  static_assert(Plan::kActive == NUM_THREADS && !Plan::kRagged && Plan::kPasses <= Plan::kChunks &&
-                    32 % Plan::kChunks == 0,
+  static_assert(Plan::kActive == NUM_THREADS && !Plan::kRagged && tile::kPlanFits<Layout, Plan> &&
+                    Plan::kPasses <= Plan::kChunks && 32 % Plan::kChunks == 0,
                 "a row's lanes hold the pages of all its passes");
   int entry;  // the table entry of this lane's row in pass (lane % kChunks), unclamped
 };

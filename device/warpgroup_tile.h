@@ -90,7 +90,7 @@ __device__ __forceinline__ void mma_pv_columns(Acc<D>& o, const uint32_t (&a)[4]
 
 /// O += P·V for the warpgroup's 64 rows: P (64, N) in registers, one FragA per warp, and the N
 /// value rows of `v_tile`: N / 16 wgmmas, one per 16 keys (16 rows of 128 bytes further down);
-/// past D = 128 (192, 256) each of those is D / 128 wgmmas, one per 128 columns of O.
+/// past D = 128 each of those is two: 128 + 64 columns of O at D = 192, 128 + 128 at 256.
 template <int D, int N>
 __device__ __forceinline__ void mma_pv_async(Acc<D>& o, const FragA<N>& p, SmemTile<N, WgmmaLayout<N, D>> v_tile) {
   const uint32_t v = v_tile.addr();

@@ -408,8 +408,13 @@ struct Launcher {
                               })
         : p.has_window() ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag>
                          : attention_kernel<HEAD_DIM, Cfg, Batched>;
-    if constexpr (HEAD_DIM == 64 || HEAD_DIM == 128)
-      if (kernel == nullptr) return launch<HEAD_DIM, TwoConsumers<HEAD_DIM>>(p, stream);
+    if (kernel == nullptr) {  // mods_elsewhere: D = 64's alone
+      if constexpr (HEAD_DIM == 64 || HEAD_DIM == 128)
+        return launch<HEAD_DIM, TwoConsumers<HEAD_DIM>>(p, stream);
+      else
+        return Status::Error("kernel_hopper: no kernel for this call's score modifications at D = " +
+                             std::to_string(HEAD_DIM));
+    }
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)

@@ -54,7 +54,8 @@ using TileLayout = std::conditional_t<HEAD_DIM % 64 == 0 && (HEAD_DIM & (HEAD_DI
 
 // One kernel configuration: query rows per block, keys per K/V tile, K/V tiles in flight, and
 // 16-row mma tiles per warp (step 10's 2; 1 where a warp's O would not fit its registers at 32 rows:
-// D = 192 and 256, whose (16, D) fp32 O alone is D / 2 registers a thread).
+// D = 192 and 256, whose (16, D) fp32 O alone is D / 2 registers a thread; and two of D = 96's
+// configurations, 8 or 4 warps of 16 rows with 64-key tiles).
 template <int BLOCK_M_, int BLOCK_N_, int STAGES_, int M_TILES_ = 2>
 struct Config {
   static constexpr int BLOCK_M = BLOCK_M_;
@@ -250,7 +251,9 @@ struct Launcher {
 // each K/V tile for twice the queries, where this GPU's shared memory holds it: the tuner skips a
 // configuration that does not fit). D = 256 takes 8 warps (a swizzled row of 32 chunks copied by
 // 128 threads is 4 rows a pass, half the swizzle's period: device/smem_tile.h's CopyPlan) and
-// 32-key tiles (its 64-key tiles spilled on sm_80, and their window kernels on sm_90).
+// 32-key tiles (its 64-key tiles spilled on sm_80, and their window kernels on sm_90), so 128 KB
+// at least: a GPU with 99 KB a block (sm_86, sm_89) has no D = 256 configuration, and the call is
+// refused by name ("no kernel configuration ... fits"), nothing written.
 const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
                           configs<Launcher>(At<32, Config<128, 128, 2>>{},     //
                                             At<32, Config<128, 64, 3>>{},      //

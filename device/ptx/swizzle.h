@@ -1,6 +1,6 @@
 // XOR swizzle for bf16 tiles in shared memory.
 //
-// A tile row of HEAD_DIM bf16 is 128 or 256 bytes: a multiple of the 128 bytes that the 32 banks
+// A tile row of HEAD_DIM bf16 is 128, 256 or 512 bytes: a multiple of the 128 bytes that the 32 banks
 // of shared memory cover. Stored plainly, the 8 rows one ldmatrix matrix reads (same columns,
 // consecutive rows) all start in the same bank → an 8-way bank conflict, 8 times slower.
 //

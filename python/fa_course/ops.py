@@ -382,7 +382,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise ValueError(f"fa_course.attention: softmax_scale {softmax_scale} rounds to 0 in fp32 (0 asks for the "
                          "default 1/sqrt(D)); the library refuses other non-positive or non-finite scales itself")
     grad = _needs_grad(q, k, v)
-    if grad and q.dim() == 4 and q.shape[-1] not in _BACKWARD_HEAD_DIMS:
+    sink_grad = sinks is not None and torch.is_grad_enabled() and sinks.requires_grad
+    if (grad or sink_grad) and q.dim() == 4 and q.shape[-1] not in _BACKWARD_HEAD_DIMS:
         raise NotImplementedError(f"fa_course.attention: no backward at head dim {q.shape[-1]} yet (the backwards "
                                   f"have {' and '.join(map(str, _BACKWARD_HEAD_DIMS))}); run the forward under "
                                   "torch.no_grad() or with inputs that do not require grad")

@@ -256,7 +256,7 @@ TEST(PersistentTiles, PackedSequencesRefoldedByTheirOwnTileCount) {
 }
 
 TEST(Swizzle, IsAPermutationOfEachRow) {
-  for (int row_elems : {64, 128})
+  for (int row_elems : {64, 128, 256})
     for (int row = 0; row < 16; ++row) {
       std::set<int> seen;
       for (int col = 0; col < row_elems; ++col) {
@@ -272,7 +272,7 @@ TEST(Swizzle, IsAPermutationOfEachRow) {
 TEST(Swizzle, EightRowsAtOneChunkHitEveryBankOnce) {
   // One ldmatrix phase: 8 lanes read 16 bytes each from 8 consecutive rows at the same logical
   // column. Conflict-free means the 8 chunks cover the 32 four-byte banks exactly once.
-  for (int row_elems : {64, 128})
+  for (int row_elems : {64, 128, 256})
     for (int row0 = 0; row0 < 64; row0 += 8)
       for (int col = 0; col < row_elems; col += 8) {
         std::set<int> banks;
@@ -352,7 +352,7 @@ TEST(CopyPlan, EveryChunkOnceAndNothingPastTheTile) {
 }
 
 TEST(Swizzle, MovingRightBySixteenColumnsIsAnXor) {
-  for (int row_elems : {64, 128})
+  for (int row_elems : {64, 128, 256})
     for (int row = 0; row < 32; ++row)
       for (int colblock = 0; colblock < 2; ++colblock)
         for (int cols = 0; cols < row_elems; cols += 16) {

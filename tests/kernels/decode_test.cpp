@@ -32,8 +32,10 @@ using testing::split_shape;
 std::vector<int64_t> decode_head_dims() {
   const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionDecode);
   std::vector<int64_t> dims;
+  if (t == nullptr) ADD_FAILURE() << "the decode kernel registers no tuner";
   for (int d : testing::the_step().caps.head_dims)
     if (t != nullptr && !t->config_names(d).empty()) dims.push_back(d);
+  if (dims.empty()) ADD_FAILURE() << "the decode kernel has none of the step's head dims";
   return dims;
 }
 
@@ -226,9 +228,9 @@ TEST(Decode, PagesOfACallItDoesNotTakeAreRefused) {
 }
 
 // At a head dim the step has and the decode kernel lacks, a decode-shaped call without the decode
-// kernel's options runs on the step's prefill kernel and matches; a split, lengths per sequence or
-// pages are refused by name with nothing written. (Built with FA_HEAD_DIMS=all; where the step has
-// no such head dim the test is skipped, never passed.)
+// kernel's options runs on the step's prefill kernel and matches; a split or lengths per sequence
+// (pages take the same refusal) are refused by name, the head dim the reason, with nothing written. (Built with
+// FA_HEAD_DIMS=all; where the step has no such head dim the test is skipped, never passed.)
 TEST(Decode, OtherHeadDims) {
   FA_REQUIRE_GPU();
   const std::vector<int64_t> served = decode_head_dims();
@@ -248,7 +250,7 @@ TEST(Decode, OtherHeadDims) {
     DeviceBuffer<int32_t> lengths(2);
     lengths.upload({100, 1000});
     p.seqlens_kv = lengths.get();
-    expect_refused_untouched(prob, p, "seqlens_kv");
+    expect_refused_untouched(prob, p, "has head dims 64 and 128");
   }
   if (runs == 0) GTEST_SKIP() << "the step has no head dim beyond the decode kernel's (FA_HEAD_DIMS)";
 }

@@ -569,8 +569,8 @@ def test_flash_attn_func_is_flash_attns_call(shape, causal):
 
 
 def head_dim_built(d):
-    """Whether the library has a forward at head dim d (kernel 100's Part VI head dims are built where
-    FA_HEAD_DIMS names them; 64 and 128 always)."""
+    """Whether the library has a forward at head dim d (Part VI's head dims are built where
+    FA_HEAD_DIMS names them, e.g. all; the default build has 64 and 128)."""
     q, k, v = inputs(1, 1, 1, 1, 1, d)
     try:
         fa_course.pick_step(q, k, v)

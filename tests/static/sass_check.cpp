@@ -225,7 +225,7 @@ TEST(Sass, MaximumInstructionCounts) {
 int hmma_per_kv_tile(const std::string& name, int default_block_n);
 
 // The 16-row mma tiles a warp owns: a Config's fourth integer where it has one (kernel 100's
-// M_TILES: 1 at D = 192 and 256; no step's Config has four integers), else the option's.
+// M_TILES; of the steps that take HMMA_PER_KV_TILE, none has a fourth), else the option's.
 int row_tiles(const std::string& name, int default_row_tiles) {
   static const std::regex re(R"(ConfigILi\d+ELi\d+ELi\d+ELi(\d+)E)");
   std::smatch m;
