@@ -598,6 +598,9 @@ def test_head_dims_beyond_the_lessons(d, causal):
         assert torch.equal(torch.isinf(lse), ~seen)
     hopper = torch.cuda.get_device_capability(q.device) == (9, 0) and d in (192, 256)
     assert fa_course.pick_step(q, k, v) == (101 if hopper else 100)
+    sink = torch.zeros(q.shape[2], device=DEV, requires_grad=True)  # a gradient for the sinks alone
+    with pytest.raises(NotImplementedError, match=f"no backward at head dim {d}"):
+        fa_course.flash_attn_func(q, k, v, causal=causal, learnable_sink=sink)
     q.requires_grad_()
     with pytest.raises(NotImplementedError, match=f"no backward at head dim {d}"):
         fa_course.flash_attn_func(q, k, v, causal=causal)
