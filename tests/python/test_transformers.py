@@ -194,10 +194,10 @@ def test_refusals_say_why():
         m(x, attention_mask=padded)  # a forward autograd records: the varlen backward is not built
     with pytest.raises(ValueError, match="bfloat16"):
         model(NAME, torch.float16)(x)
-    d96 = copy.deepcopy(CONFIG)
-    d96.hidden_size, d96.head_dim = 384, 96
-    with pytest.raises(fa_course.UnsupportedInputError, match="head dim 96"):
-        model(NAME, config=d96, state=None)(x)
+    d80 = copy.deepcopy(CONFIG)  # a head dim no build has (FA_HEAD_DIMS=all has 96, Phi's)
+    d80.hidden_size, d80.head_dim = 320, 80
+    with pytest.raises(fa_course.UnsupportedInputError, match="head dim 80"):
+        model(NAME, config=d80, state=None)(x)
     drop = copy.deepcopy(CONFIG)
     drop.attention_dropout = 0.1
     with torch.enable_grad(), pytest.raises(ValueError, match="dropout"):

@@ -497,13 +497,14 @@ TEST(CApi, TheLibrarysChoiceIsTheFastestStepThatAccepts) {
   char buf[256] = {};
   EXPECT_EQ(fa_step_describe(FA_STEP_AUTO, &p, buf, sizeof buf), FA_OK);
   EXPECT_EQ(std::string(buf).rfind("step " + std::to_string(expected) + ": ", 0), 0u) << buf;
-  // No step accepts head dim 96: the most general step's reason, and nothing chosen.
-  fa_attention_params d96 = valid_params(96);
+  // No step accepts head dim 80 (in any build: FA_HEAD_DIMS=all has 96): the most general step's
+  // reason, and nothing chosen.
+  fa_attention_params d80 = valid_params(80);
   chosen = -5;
-  EXPECT_EQ(fa_choose_step(&d96, &chosen, err, sizeof err), FA_ERROR_UNSUPPORTED);
-  EXPECT_NE(std::string(err).find("head dim 96 is not supported"), std::string::npos) << err;
+  EXPECT_EQ(fa_choose_step(&d80, &chosen, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("head dim 80 is not supported"), std::string::npos) << err;
   EXPECT_EQ(chosen, -5);
-  EXPECT_EQ(fa_forward(FA_STEP_AUTO, &d96, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_EQ(fa_forward(FA_STEP_AUTO, &d80, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
   EXPECT_EQ(fa_choose_step(nullptr, &chosen, err, sizeof err), FA_ERROR_INVALID);
 }
 
@@ -631,9 +632,9 @@ TEST(CApiBackward, RefusesMalformedAndUnsupportedCalls) {
   b.workspace_bytes -= 1;
   EXPECT_EQ(fa_backward(FA_STEP_AUTO, &b, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
   EXPECT_NE(std::string(err).find("needs a workspace of"), std::string::npos) << err;
-  fa_backward_params d96 = valid_backward(96);
-  EXPECT_EQ(fa_backward(FA_STEP_AUTO, &d96, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
-  EXPECT_NE(std::string(err).find("head dim 96 is not supported"), std::string::npos) << err;
+  fa_backward_params d80 = valid_backward(80);
+  EXPECT_EQ(fa_backward(FA_STEP_AUTO, &d80, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("head dim 80 is not supported"), std::string::npos) << err;
 }
 
 }  // namespace
