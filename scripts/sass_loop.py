@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The instructions of a kernel's main loop, read from its SASS, by class and by source line.
 
-    scripts/sass_loop.py FILE.cubin KERNEL_REGEX [--by-line N] [--max-body N] [--max-class CLASS=N ...]
+    scripts/sass_loop.py FILE.cubin KERNEL_REGEX [--innermost] [--by-line N] [--max-body N] [--max-class CLASS=N ...]
 
 FILE is a cubin (or an object with one; cuobjdump extracts it) or nvdisasm's text. The kernel is the
 first function whose mangled name matches KERNEL_REGEX. Its main loop is the backward branch whose
@@ -13,6 +13,10 @@ for one thread, as the lessons use it (steps 26 and 33).
 
 Compile with -lineinfo for --by-line: each instruction is charged to the innermost source line the
 line table gives it, and the N lines with the most integer instructions are listed.
+
+--innermost takes the shortest loop with tensor instructions instead: in a persistent kernel (the
+Hopper forward) the default finds the loop over work tiles, its first KV tile, the epilogue and one
+pass of the KV loop together; --innermost finds the KV loop, one tile a pass.
 
 --max-body N and --max-class integer=N make it a check: exit 1 when the body, or a class of it, holds
 more (the lesson's claim as a test that can fail).
@@ -122,7 +126,7 @@ def parse_function(text, kernel_regex):
     return name, instrs, labels
 
 
-def main_loop(instrs, labels):
+def main_loop(instrs, labels, innermost=False):
     best = None
     for j, ins in enumerate(instrs):
         if not ins["op"].startswith("BRA"):
@@ -135,7 +139,10 @@ def main_loop(instrs, labels):
             continue
         body = instrs[i:j + 1]
         tensor = sum(classify(x["op"]) == "tensor" for x in body)
-        key = (tensor, -len(body) if tensor else len(body))
+        if innermost:  # the shortest loop with tensor work, else the longest loop
+            key = (tensor > 0, -len(body) if tensor else len(body))
+        else:
+            key = (tensor, -len(body) if tensor else len(body))
         if best is None or key > best[0]:
             best = (key, i, j)
     if best is None:
@@ -150,13 +157,16 @@ def main():
     ap.add_argument("--by-line", type=int, default=0, metavar="N")
     ap.add_argument("--max-body", type=int, default=None)
     ap.add_argument("--max-class", action="append", default=[], metavar="CLASS=N")
+    ap.add_argument("--innermost", action="store_true",
+                    help="the shortest loop with tensor instructions (a persistent kernel's KV loop, inside "
+                    "the loop over work tiles that the default picks)")
     ap.add_argument("--cuobjdump", default=None, help="the cuobjdump to use (nvdisasm from its folder)")
     a = ap.parse_args()
     if a.cuobjdump:
         global TOOL_DIR
         TOOL_DIR = os.path.dirname(os.path.abspath(a.cuobjdump))
     name, instrs, labels = parse_function(disassemble(a.file), a.kernel)
-    i, j = main_loop(instrs, labels)
+    i, j = main_loop(instrs, labels, a.innermost)
     body = instrs[i:j + 1]
     counts = collections.Counter(classify(x["op"]) for x in body)
     print(f"kernel {name}")
