@@ -5,7 +5,8 @@ logits, prefill after a KV cache (fewer queries than keys), `generate` with the 
 batch and `generate` on one (through the varlen call), a compiled
 attention call and a compiled model, a training step's gradients and a short training run beside
 SDPA's; a Mistral-shaped model with a sliding window (logits, a prefill after a cache, gradients);
-Gemma-2- and gpt-oss-shaped models (softcapping, sinks) against eager; and each input it must refuse. Needs a CUDA GPU and
+Gemma-2- and gpt-oss-shaped models (softcapping, sinks) against eager; Phi- and Gemma-shaped ones at
+head dims 96 and 256 where the library is built for them; and each input it must refuse. Needs a CUDA GPU and
 transformers (tests/python/run.sh skips the ctest case, with the reason, where either is missing)."""
 import copy
 
@@ -183,6 +184,43 @@ def test_generate_a_left_padded_batch():
         chosen = ex.gather(-1, own[:, n:, None]).squeeze(-1)
         gap = (ex.max(-1).values - chosen).max().item()
         assert gap <= tol, f"sequence {i}: a generated token's fp32 logit is {gap:.3f} below the best"
+
+
+@pytest.mark.parametrize("shape", ["phi", "gemma"])
+@torch.no_grad()
+def test_head_dims_beyond_the_lessons_in_a_model(shape):
+    """Part VI's head dims in a model's inference, where the library is built for them
+    (FA_HEAD_DIMS=all): a Phi-shaped Llama (D = 96, kernel 100) and a Gemma-shaped one (D = 256,
+    kernel 101 on an H100/H200): prefill logits within bf16 eager's own error of the fp32 eager
+    model, and each token `generate` picks the fp32 model's choice up to that error."""
+    d = 96 if shape == "phi" else 256
+    probe = torch.zeros(1, 1, 1, d, device=DEV, dtype=torch.bfloat16)
+    try:
+        fa_course.pick_step(probe, probe, probe)
+    except fa_course.UnsupportedInputError:
+        pytest.skip(f"the library is not built for head dim {d} (FA_HEAD_DIMS)")
+    if shape == "phi":
+        config = copy.deepcopy(CONFIG)
+        config.hidden_size, config.head_dim = 4 * d, d
+    else:
+        config = _mod_config("GemmaConfig", head_dim=d)
+    fresh = lambda: copy.deepcopy(config)  # from_config writes the implementation into its config
+    torch.manual_seed(41)
+    state = AutoModelForCausalLM.from_config(fresh(), attn_implementation="eager").state_dict()
+    x = ids(2, 100, seed=d)
+    exact = model("eager", torch.float32, fresh(), state)(x).logits
+    ours = model(NAME, config=fresh(), state=state)(x).logits
+    eager = model("eager", torch.bfloat16, fresh(), state)(x).logits
+    print(f"D = {d} prefill vs fp32 eager: fa_course rel {rel(ours, exact):.2e}, bf16 eager {rel(eager, exact):.2e}")
+    assert rel(ours, exact) <= 1.5 * rel(eager, exact)
+    assert worst(ours, exact) <= 2.0 * worst(eager, exact)
+    seq = model(NAME, config=fresh(), state=state).generate(x[:, :50], attention_mask=torch.ones_like(x[:, :50]),
+                                                             max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert seq.shape == (2, 58)
+    exact = model("eager", torch.float32, fresh(), state)(seq).logits[:, 49:-1]
+    tol = 4 * worst(model("eager", torch.bfloat16, fresh(), state)(seq).logits[:, 49:-1], exact)
+    gap = (exact.max(-1).values - exact.gather(-1, seq[:, 50:, None]).squeeze(-1)).max().item()
+    assert gap <= tol, f"a generated token's fp32 logit is {gap:.3f} below the best (bf16 error {tol / 4:.3f})"
 
 
 def test_refusals_say_why():
