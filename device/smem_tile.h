@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "device/mask.h"  // FA_HD
 #include "device/ptx/cp_async.h"
@@ -83,6 +84,13 @@ struct SwizzledLayout {
   }
   FA_HD static constexpr int bytes(int rows) { return rows * COLS * 2; }
 };
+
+/// The mma.sync production kernels' layout for tiles of COLS-element rows: the swizzle where a row
+/// is a power of two of at least 128 bytes (64, 128, 256 elements), padded rows otherwise (32, 96,
+/// 192: 80, 208 and 400 bytes, each 8 rows on 8 different 16-byte bank groups, as ldmatrix needs).
+template <int COLS>
+using MmaTileLayout =
+    std::conditional_t<COLS % 64 == 0 && (COLS & (COLS - 1)) == 0, SwizzledLayout<COLS>, PaddedLayout<COLS>>;
 
 /// Panels of 64 columns, each (ROWS, 64) with the XOR swizzle: wgmma's 128-byte swizzle.
 template <int ROWS, int COLS>

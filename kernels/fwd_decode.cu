@@ -657,17 +657,18 @@ Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool pr
   *taken = accepts(p, prefill_varlen);
   if (*taken) return forward(p, stream);
   // What keeps the decode kernel from the call, for the refusals below: its head dims (64 and 128;
-  // the forwards have more, Part VI's), else the call's query rows.
-  const int64_t rows = p.seqlen_q * (p.heads_q / p.heads_kv);
-  const bool dim_ok = p.head_dim == 64 || p.head_dim == 128;
-  const std::string why =
-      dim_ok
-          ? "for calls whose query rows times H_q / H_kv are at most " + std::to_string(kMaxPackedRows) +
-                " (decode); this call has " + std::to_string(rows)
-          : "the decode kernel's, which has head dims 64 and 128; this call has head dim " + std::to_string(p.head_dim);
+  // the forwards have more, Part VI's), else the call's query rows. Built only for a refusal: every
+  // prefill call passes through here.
+  auto why = [&p] {
+    if (p.head_dim != 64 && p.head_dim != 128)
+      return "the decode kernel's, which has head dims 64 and 128; this call has head dim " +
+             std::to_string(p.head_dim);
+    return "for calls whose query rows times H_q / H_kv are at most " + std::to_string(kMaxPackedRows) +
+           " (decode); this call has " + std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv));
+  };
   if ((p.has_score_mods() || p.has_window()) && p.cu_seqlens_q != nullptr)
     return Status::Unsupported(std::string(p.has_score_mods() ? "softcap, ALiBi and sinks" : "a sliding window") +
-                               " with packed sequences (cu_seqlens) are the decode kernel's alone, " + why);
+                               " with packed sequences (cu_seqlens) are the decode kernel's alone, " + why());
   if (p.cu_seqlens_q != nullptr && !prefill_varlen)  // only this kernel reads the offsets, not the prefill kernel
     return Status::Unsupported(
         "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 64 "
@@ -676,9 +677,9 @@ Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool pr
   if (p.seqlens_kv != nullptr || p.block_table != nullptr)
     return Status::Unsupported(std::string(p.block_table != nullptr ? "a paged KV cache (block_table)"
                                                                     : "a length per sequence (seqlens_kv)") +
-                               " is " + why);
+                               " is " + why());
   if (p.num_splits > 1)
-    return Status::Unsupported("split-KV (num_splits = " + std::to_string(p.num_splits) + ") is " + why);
+    return Status::Unsupported("split-KV (num_splits = " + std::to_string(p.num_splits) + ") is " + why());
   return Status::Ok();
 }
 

@@ -382,8 +382,6 @@ template <int HEAD_DIM, typename Cfg>
 constexpr bool mods_elsewhere(unsigned bits) {
   return HEAD_DIM == 64 && Cfg::BLOCK_M > 128 && (bits == kCapMod || bits == (kAlibiMod | kOneSided));
 }
-template <int HEAD_DIM>
-using TwoConsumers = std::conditional_t<HEAD_DIM == 64, Config<128, 128, 4>, Config<128, 128, 3, RegisterStore>>;
 
 // The host side of one configuration: the tuner calls Launcher::launch<HEAD_DIM, Cfg>.
 struct Launcher {
@@ -408,13 +406,8 @@ struct Launcher {
                               })
         : p.has_window() ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag>
                          : attention_kernel<HEAD_DIM, Cfg, Batched>;
-    if (kernel == nullptr) {  // mods_elsewhere: D = 64's alone
-      if constexpr (HEAD_DIM == 64 || HEAD_DIM == 128)
-        return launch<HEAD_DIM, TwoConsumers<HEAD_DIM>>(p, stream);
-      else
-        return Status::Error("kernel_hopper: no kernel for this call's score modifications at D = " +
-                             std::to_string(HEAD_DIM));
-    }
+    if constexpr (HEAD_DIM == 64)  // mods_elsewhere leaves kernels out at D = 64 alone
+      if (kernel == nullptr) return launch<64, Config<128, 128, 4>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)

@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 
 #include "device/mask.h"
 #include "device/ptx/cp_async.h"
@@ -45,13 +44,6 @@ using fa::ptx::cp_async_wait;
 constexpr int kWarpSize = 32;
 constexpr int kMmaRows = 16;  // rows of one m16n8k16 tile
 
-// The shared-memory layout of a (rows, HEAD_DIM) tile: step 08's swizzle where a row is a power of
-// two of at least 128 bytes (D = 64, 128, 256), else step 04's padded rows (D = 32: 80 bytes a row,
-// D = 96: 208, D = 192: 400; each 8 rows on 8 different 16-byte bank groups, as ldmatrix needs).
-template <int HEAD_DIM>
-using TileLayout = std::conditional_t<HEAD_DIM % 64 == 0 && (HEAD_DIM & (HEAD_DIM - 1)) == 0, SwizzledLayout<HEAD_DIM>,
-                                      PaddedLayout<HEAD_DIM>>;
-
 // One kernel configuration: query rows per block, keys per K/V tile, K/V tiles in flight, and
 // 16-row mma tiles per warp (step 10's 2; 1 where a warp's O would not fit its registers at 32 rows:
 // D = 192 and 256, whose (16, D) fp32 O alone is D / 2 registers a thread; and two of D = 96's
@@ -68,10 +60,11 @@ struct Config {
   static constexpr int NUM_THREADS = NUM_WARPS * kWarpSize;
   // Rescale only when a row's max rose by more than this (exp2 units): P <= 2^8 until then.
   static constexpr float RESCALE_THRESHOLD = 8.0f;
-  // Shared memory: the Q tile, then STAGES × (K tile, V tile), all (rows, HEAD_DIM) bf16 (TileLayout).
+  // Shared memory: the Q tile, then STAGES × (K tile, V tile), all (rows, HEAD_DIM) bf16 (MmaTileLayout:
+  // step 08's swizzle, or step 04's padded rows at D = 32, 96, 192).
   template <int HEAD_DIM>
   static constexpr int smem_bytes() {
-    return TileLayout<HEAD_DIM>::bytes(BLOCK_M + STAGES * 2 * BLOCK_N);
+    return MmaTileLayout<HEAD_DIM>::bytes(BLOCK_M + STAGES * 2 * BLOCK_N);
   }
 };
 
@@ -84,7 +77,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
                      const ScoreModArgs mods) {
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
   constexpr int STAGES = Cfg::STAGES, M_TILES = Cfg::M_TILES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
-  using Layout = TileLayout<HEAD_DIM>;
+  using Layout = MmaTileLayout<HEAD_DIM>;
   extern __shared__ uint4 smem[];  // uint4: 16-byte aligned, as cp.async and ldmatrix need
   const SmemTile<BLOCK_M, Layout> q_tile{reinterpret_cast<bf16*>(smem)};              // (BLOCK_M, HEAD_DIM)
   const SmemTile<BLOCK_N, Layout> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
