@@ -16,10 +16,10 @@ _ALIGNS = {"top_left": False, "bottom_right": True}
 # The largest magnitude that rounds to 0 in fp32 (half the smallest subnormal, 2^-149; the tie goes
 # to the even neighbour, 0). Plain float arithmetic, so that torch.compile traces the check.
 _FP32_ROUNDS_TO_ZERO = 2.0 ** -150
-# The head dims the library's backwards have (kernels/bwd_mma.cu, kernels/bwd_hopper.cu). The
-# forwards have more where the library is built for them (FA_HEAD_DIMS: 32, 96, 192, 256): a call
-# that would need a gradient there is refused before its forward runs, not at backward time.
-_BACKWARD_HEAD_DIMS = (64, 128)
+# The head dims the library's backwards have (kernels/bwd_mma.cu: 32, 64, 96, 128 where built;
+# kernels/bwd_hopper.cu: 64, 128). The forwards have 192 and 256 too where the library is built for
+# them (FA_HEAD_DIMS): a call that would need a gradient there is refused before its forward runs.
+_BACKWARD_HEAD_DIMS = (32, 64, 96, 128)
 
 
 def _strides(t: torch.Tensor) -> list:
