@@ -125,7 +125,6 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   // (a window's end before the last Q tile).
   const QTileSpan q_span = MaskT::q_tile_span(params, offset, n_start, BLOCK_N, BLOCK_M);
   const int m_first = int(q_span.first), m_end = int(q_span.end);
-  const int64_t turnstiles_per_head = (n_q + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows;
 
   // ---- load K and V once; they stay in shared memory for every Q tile.
   const int kv_rows = min(BLOCK_N, n_kv - n_start);
@@ -233,7 +232,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
       mma_pv_cols(dq, ds_rows, row_block<BLOCK_N / 2>(k_tile, h), col0);
     }
     // Deterministic: wait for this block's turn on the Q tile (its KV tile number, counted from the
-    // first KV tile that sees the Q tile: 0 but under a window), add, pass it on.
+    // first KV tile that sees the Q tile: 0 but under a window), add, pass it on. The turnstiles a
+    // head has are computed here, not held across the loop (held, D = 96's window kernels spilled).
+    const int64_t turnstiles_per_head = (n_q + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows;
     const bwd_common::DqTurn<DETERMINISTIC> turn{
         turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows),
         int(blockIdx.x) - int(MaskT::kv_tile_first(params, offset, m_start, BLOCK_M, BLOCK_N))};
