@@ -306,6 +306,13 @@ TEST(Backward, HeadDimsBeyondTheLessons) {
     check_backward(shape(2, 4, 2, 77, 131, d, false, CausalAlign::top_left, 21));
     check_backward(shape(1, 4, 1, 200, 70, d, true, CausalAlign::bottom_right, 22));
     check_backward(shape(1, 2, 2, 1024, 1024, d, true, CausalAlign::top_left, 23));
+    // The window kernels (their deterministic ones held the most registers at 96) and the cap's.
+    ProblemShape windowed = shape(1, 4, 2, 333, 517, d, false, CausalAlign::top_left, 24);
+    windowed.window_left = 100, windowed.window_right = 50;
+    check_backward(windowed);
+    ProblemShape capped = shape(1, 2, 1, 150, 260, d, true, CausalAlign::bottom_right, 25);
+    capped.softcap = 5.0f;
+    check_backward(capped);
   }
   if (runs == 0) GTEST_SKIP() << "the step has no backward at D = 32 or 96";
 }
