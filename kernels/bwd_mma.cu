@@ -78,7 +78,7 @@ struct BwdConfig {
   // (load_a_trans), not a third tile.
   template <int HEAD_DIM>
   static constexpr int smem_bytes() {
-    return SwizzledLayout<HEAD_DIM>::bytes(2 * BLOCK_N + STAGES * 2 * BLOCK_M) + 2 * PtLayout::bytes(BLOCK_N) +
+    return MmaTileLayout<HEAD_DIM>::bytes(2 * BLOCK_N + STAGES * 2 * BLOCK_M) + 2 * PtLayout::bytes(BLOCK_N) +
            STAGES * 2 * BLOCK_M * int(sizeof(float));
   }
 };
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   constexpr int DQ_COLS = HEAD_DIM / Cfg::COL_SPLITS;  // the columns of dQ one warp computes
   constexpr int KV_COLS = HEAD_DIM / Cfg::D_SPLITS;    // the columns of dK and dV one warp keeps
   constexpr int WK = Cfg::KEYS_PER_WARP, WQ = Cfg::QUERIES_PER_WARP;
-  using Layout = SwizzledLayout<HEAD_DIM>;
+  using Layout = MmaTileLayout<HEAD_DIM>;   // D = 32 and 96: padded rows (Part VI)
   using PtLayout = typename Cfg::PtLayout;  // Pᵀ and dSᵀ: rows are keys
   const AttentionParams& params = bp.fwd;
   extern __shared__ uint4 smem[];
@@ -125,7 +125,6 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   // (a window's end before the last Q tile).
   const QTileSpan q_span = MaskT::q_tile_span(params, offset, n_start, BLOCK_N, BLOCK_M);
   const int m_first = int(q_span.first), m_end = int(q_span.end);
-  const int64_t turnstiles_per_head = (n_q + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows;
 
   // ---- load K and V once; they stay in shared memory for every Q tile.
   const int kv_rows = min(BLOCK_N, n_kv - n_start);
@@ -233,7 +232,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
       mma_pv_cols(dq, ds_rows, row_block<BLOCK_N / 2>(k_tile, h), col0);
     }
     // Deterministic: wait for this block's turn on the Q tile (its KV tile number, counted from the
-    // first KV tile that sees the Q tile: 0 but under a window), add, pass it on.
+    // first KV tile that sees the Q tile: 0 but under a window), add, pass it on. The turnstiles a
+    // head has are computed here, not held across the loop (held, D = 96's window kernels spilled).
+    const int64_t turnstiles_per_head = (n_q + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows;
     const bwd_common::DqTurn<DETERMINISTIC> turn{
         turnstiles + bh * turnstiles_per_head + m_start / int(kBackwardTurnstileRows),
         int(blockIdx.x) - int(MaskT::kv_tile_first(params, offset, m_start, BLOCK_M, BLOCK_N))};
@@ -281,7 +282,7 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
 }  // namespace
 
 Capabilities backward_caps() {
-  Capabilities c = forward_caps({64, 128});
+  Capabilities c = forward_caps({32, 64, 96, 128});
   c.deterministic_backward = true;       // BackwardParams::deterministic: dQ added in a fixed order
   c.sliding_window = true;               // window_size: WindowFlag's kernels, as the forward's
   c.softcap = c.alibi = c.sinks = true;  // Mods kernels (the cap's derivative), and the sinks' gradient
@@ -300,8 +301,12 @@ Status backward(const BackwardParams& bp, cudaStream_t stream) {
   static const Capabilities caps = backward_caps();
   if (Status st = validate_backward(bp, caps); !st.ok()) return st;
   if (Status st = bwd_common::check_backward_grids(bp.fwd); !st.ok()) return st;
+  if constexpr (head_dim_built(32))  // Part VI: D = 64's tiles (dK, dV: 16 floats a thread each)
+    if (bp.fwd.head_dim == 32) return launch_for<32, BwdConfig<64, 128>>(bp, stream);
   if constexpr (head_dim_built(64))
     if (bp.fwd.head_dim == 64) return launch_for<64, BwdConfig<64, 128>>(bp, stream);
+  if constexpr (head_dim_built(96))  // Part VI: 64-query tiles, so that dQ's slices are 48 columns
+    if (bp.fwd.head_dim == 96) return launch_for<96, BwdConfig<64, 128>>(bp, stream);
   if constexpr (head_dim_built(128))
     if (bp.fwd.head_dim == 128) return launch_for<128, BwdConfig<32, 128>>(bp, stream);
   return Status::Unsupported("the production backward has no kernel at head dim " + std::to_string(bp.fwd.head_dim));

@@ -172,10 +172,19 @@ if(FA_BUILD_TESTS)
   fa_sass_check_command(cmd fa_kernel_bwd_mma REQUIRE HMMA LDSM LDGSTS KERNEL backward_kernel)
   add_test(NAME static.kernels.bwd_mma COMMAND ${cmd})
   set_tests_properties(static.kernels.bwd_mma PROPERTIES LABELS "static;kernels")
+  # dQ's additions two floats at a time on sm_90: a thread adds its (16 rows, DQ_COLS) slice of dQ, 8
+  # x2 atomics at D = 64 and up; at D = 32 the slice is 16 columns, 4 (built with FA_HEAD_DIMS=all).
   fa_sass_check_command(cmd fa_kernel_bwd_mma ARCH sm_90a? MIN_COUNT REDG.E.ADD.F32x2:8 FORBID REDG.E.ADD.F32
-                        KERNEL backward_kernel)
+                        KERNEL "backward_kernelILi([0-9][0-9][0-9]|[4-9][0-9])E")
   add_test(NAME static.kernels.bwd_mma.vector_atomics COMMAND ${cmd})
   set_tests_properties(static.kernels.bwd_mma.vector_atomics PROPERTIES LABELS "static;kernels" SKIP_RETURN_CODE 77)
+  if(32 IN_LIST FA_HEAD_DIMS)
+    fa_sass_check_command(cmd fa_kernel_bwd_mma ARCH sm_90a? MIN_COUNT REDG.E.ADD.F32x2:4 FORBID REDG.E.ADD.F32
+                          KERNEL "backward_kernelILi32E")
+    add_test(NAME static.kernels.bwd_mma.vector_atomics_d32 COMMAND ${cmd})
+    set_tests_properties(static.kernels.bwd_mma.vector_atomics_d32 PROPERTIES LABELS "static;kernels"
+                                                                               SKIP_RETURN_CODE 77)
+  endif()
   find_package(Python3 COMPONENTS Interpreter QUIET)
   if(Python3_Interpreter_FOUND AND TARGET fa_step23 AND fa_step_head_dims)
     add_test(NAME static.kernels.bwd_mma.same_as_step23

@@ -16,10 +16,12 @@ _ALIGNS = {"top_left": False, "bottom_right": True}
 # The largest magnitude that rounds to 0 in fp32 (half the smallest subnormal, 2^-149; the tie goes
 # to the even neighbour, 0). Plain float arithmetic, so that torch.compile traces the check.
 _FP32_ROUNDS_TO_ZERO = 2.0 ** -150
-# The head dims the library's backwards have (kernels/bwd_mma.cu, kernels/bwd_hopper.cu). The
-# forwards have more where the library is built for them (FA_HEAD_DIMS: 32, 96, 192, 256): a call
-# that would need a gradient there is refused before its forward runs, not at backward time.
-_BACKWARD_HEAD_DIMS = (64, 128)
+# The head dims the library's backwards have (kernels/bwd_mma.cu: 32, 64, 96, 128 where built;
+# kernels/bwd_hopper.cu: 64, 128). The forwards have 192 and 256 too where the library is built for
+# them (FA_HEAD_DIMS): a call that would need a gradient there is refused before its forward runs.
+# A head dim no kernel has at all (80, say) is the library's to refuse, as unsupported input.
+_BACKWARD_HEAD_DIMS = (32, 64, 96, 128)
+_FORWARD_ONLY_HEAD_DIMS = (192, 256)
 
 
 def _strides(t: torch.Tensor) -> list:
@@ -383,7 +385,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                          "default 1/sqrt(D)); the library refuses other non-positive or non-finite scales itself")
     grad = _needs_grad(q, k, v)
     sink_grad = sinks is not None and torch.is_grad_enabled() and sinks.requires_grad
-    if (grad or sink_grad) and q.dim() == 4 and q.shape[-1] not in _BACKWARD_HEAD_DIMS:
+    if (grad or sink_grad) and q.dim() == 4 and q.shape[-1] in _FORWARD_ONLY_HEAD_DIMS:
         raise NotImplementedError(f"fa_course.attention: no backward at head dim {q.shape[-1]} yet (the backwards "
                                   f"have {' and '.join(map(str, _BACKWARD_HEAD_DIMS))}); run the forward under "
                                   "torch.no_grad() or with inputs that do not require grad")

@@ -584,8 +584,9 @@ def head_dim_built(d):
 def test_head_dims_beyond_the_lessons(d, causal):
     """Part VI's head dims on the production forwards (kernel 100 all four, kernel 101 192 and 256 on
     an H100/H200): flash_attn_func against the fp64 reference (ragged, GQA, N_q > N_kv bottom-right,
-    whose first rows see no key), the library's choice the fastest kernel that has the head dim; a
-    call that needs a gradient is refused before anything runs."""
+    whose first rows see no key), the library's choice the fastest kernel that has the head dim;
+    gradients at 32 and 96 (kernel 100's backward) at the flash-attn suite's yardstick, and at 192
+    and 256 a call that needs a gradient refused before anything runs."""
     if not head_dim_built(d):
         pytest.skip(f"the library is not built for head dim {d} (FA_HEAD_DIMS)")
     for shape in ((2, 77, 131, 4, 2, d), (1, 300, 200, 8, 1, d), (1, 1013, 1024, 2, 2, d)):
@@ -598,6 +599,12 @@ def test_head_dims_beyond_the_lessons(d, causal):
         assert torch.equal(torch.isinf(lse), ~seen)
     hopper = torch.cuda.get_device_capability(q.device) == (9, 0) and d in (192, 256)
     assert fa_course.pick_step(q, k, v) == (101 if hopper else 100)
+    if d in (32, 96):  # kernel 100's backward has these: the flash-attn suite's yardstick
+        q, k, v = inputs(2, 77, 131, 4, 2, d, seed=d + 1)
+        do = upstream(q, seed=d + 2)
+        ours, bf16, exact = three_ways([q, k, v], do, causal=causal, causal_align="bottom_right")
+        within_yardstick(ours, bf16, exact, what=f"D = {d}: ")
+        return
     sink = torch.zeros(q.shape[2], device=DEV, requires_grad=True)  # a gradient for the sinks alone
     with pytest.raises(NotImplementedError, match=f"no backward at head dim {d}"):
         fa_course.flash_attn_func(q, k, v, causal=causal, learnable_sink=sink)

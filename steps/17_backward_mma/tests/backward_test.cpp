@@ -292,15 +292,37 @@ TEST(Backward, ScoreMods) {
   expect_gradients_untouched(g);
 }
 
-// A head dim the step's forward has and its backward lacks (Part VI's 32, 96, 192 and 256 on kernel
-// 100, 192 and 256 on 101, where the build compiles them: the backwards have 64 and 128): the forward runs, the
-// backward refuses by name and writes nothing. Skipped, never passed, for a step without one.
+// Part VI's head dims, where the build compiles them (FA_HEAD_DIMS): kernel 100's backward has 32
+// and 96 (against the fp64 reference: ragged GQA, causal bottom-right with rows that see no key, a
+// longer causal call); 192 and 256, which the forwards have (kernel 100 and 101), no backward
+// has: the forward runs, the backward refuses by name and writes nothing. Each skipped, never
+// passed, for a step without such a head dim.
+TEST(Backward, HeadDimsBeyondTheLessons) {
+  FA_REQUIRE_GPU();
+  int runs = 0;
+  for (int d : testing::the_step().caps.head_dims) {
+    if (d != 32 && d != 96) continue;
+    ++runs;
+    check_backward(shape(2, 4, 2, 77, 131, d, false, CausalAlign::top_left, 21));
+    check_backward(shape(1, 4, 1, 200, 70, d, true, CausalAlign::bottom_right, 22));
+    check_backward(shape(1, 2, 2, 1024, 1024, d, true, CausalAlign::top_left, 23));
+    // The window kernels (their deterministic ones held the most registers at 96) and the cap's.
+    ProblemShape windowed = shape(1, 4, 2, 333, 517, d, false, CausalAlign::top_left, 24);
+    windowed.window_left = 100, windowed.window_right = 50;
+    check_backward(windowed);
+    ProblemShape capped = shape(1, 2, 1, 150, 260, d, true, CausalAlign::bottom_right, 25);
+    capped.softcap = 5.0f;
+    check_backward(capped);
+  }
+  if (runs == 0) GTEST_SKIP() << "the step has no backward at D = 32 or 96";
+}
+
 TEST(Backward, HeadDimsWithoutABackwardAreRefused) {
   FA_REQUIRE_GPU();
   const StepInfo& step = testing::the_step();
   int runs = 0;
   for (int d : step.caps.head_dims) {
-    if (d == 64 || d == 128) continue;
+    if (d != 192 && d != 256) continue;
     ++runs;
     AttentionProblem prob(shape(1, 2, 1, 100, 130, d, true, CausalAlign::bottom_right, 11));
     ASSERT_TRUE(step.forward(prob.params(), nullptr).ok()) << "D = " << d;

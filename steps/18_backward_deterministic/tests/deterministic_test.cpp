@@ -79,6 +79,9 @@ TEST(Backward, DeterministicModeRepeatsBitForBit) {
   expect_repeatable(make_shape(2, 4, 2, 1000, 1000, 128, false, CausalAlign::top_left));
   // Causal bottom-right with more keys than queries, D = 64.
   expect_repeatable(make_shape(1, 4, 1, 700, 1500, 64, true, CausalAlign::bottom_right));
+  // Part VI's head dims where the step's backward has them (kernel 100, FA_HEAD_DIMS=all).
+  for (int d : testing::the_step().caps.head_dims)
+    if (d == 32 || d == 96) expect_repeatable(make_shape(1, 2, 2, 16, 4096, d, false, CausalAlign::top_left));
 }
 
 }  // namespace
