@@ -160,12 +160,13 @@ __device__ __forceinline__ void mma_qk_async(ByAddition, Acc<N>& s, SmemTile<QRO
   }
 }
 
-template <int D, int N>
-__device__ __forceinline__ void mma_pv_async(ByAddition, Acc<D>& o, const FragA<N>& p,
+template <int OC, int D, int N>
+__device__ __forceinline__ void mma_pv_async(ByAddition, Acc<OC>& o, const FragA<N>& p,
                                              SmemTile<N, WgmmaLayout<N, D>> v_tile) {
+  static_assert(OC == WgmmaLayout<N, D>::kRowElems && OC <= 128, "O holds every column of V's panels");
   const ptx::SmemDesc v = ptx::split_desc(ptx::smem_desc_mn_major(v_tile.addr(), N * 128));
 #pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk) ptx::wgmma_rs_mn<D>(o.c, p.a[kk], (v + kk * 16 * 128).bits(), true);
+  for (int kk = 0; kk < N / 16; ++kk) ptx::wgmma_rs_mn<OC>(o.c, p.a[kk], (v + kk * 16 * 128).bits(), true);
 }
 
 template <int K, int ACOLS, int BCOLS>

@@ -585,8 +585,8 @@ def test_head_dims_beyond_the_lessons(d, causal):
     """Part VI's head dims on the production forwards (kernel 100 all four, kernel 101 96, 192 and 256
     on an H100/H200): flash_attn_func against the fp64 reference (ragged, GQA, N_q > N_kv bottom-right,
     whose first rows see no key), the library's choice the fastest kernel that has the head dim;
-    gradients at 32 and 96 (kernel 100's backward, after kernel 101's forward at 96 on an H100/H200)
-    at the flash-attn suite's yardstick, and at 192
+    gradients at 32 and 96 (kernel 100's backward; at 96 the Hopper backward on an H100/H200) at the
+    flash-attn suite's yardstick, and at 192
     and 256 a call that needs a gradient refused before anything runs."""
     if not head_dim_built(d):
         pytest.skip(f"the library is not built for head dim {d} (FA_HEAD_DIMS)")
