@@ -166,7 +166,7 @@ struct SmemTile {
 };
 
 /// The tile `index` tiles of this shape after `t` (ring buffers, K and V side by side).
-/// A WgmmaLayout tile holds ROWS · COLS elements too, so the arithmetic is the same.
+/// A WgmmaLayout tile holds ROWS · kRowElems elements too (whole panels), so the arithmetic is the same.
 template <int ROWS, typename Layout>
 __device__ __forceinline__ SmemTile<ROWS, Layout> next_tile(SmemTile<ROWS, Layout> t, int index) {
   return {t.ptr + index * ROWS * Layout::kRowElems};
