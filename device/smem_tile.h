@@ -21,7 +21,7 @@
 //   WgmmaLayout<ROWS, COLS>  what wgmma's 128-byte swizzle reads (device/ptx/wgmma.h): the tile
 //                         cut into panels of 64 columns, each panel ROWS rows of 128 bytes, the
 //                         same XOR inside each row. For COLS = 64 it is SwizzledLayout<64>. Step 11.
-//                         At COLS = 96 (Part VI) the last panel is half used: 128 columns held.
+//                         At COLS = 32 and 96 (Part VI) the last panel is half used.
 //
 // Every layout also says `kRowPitch`: how many elements one row down is, at a fixed column.
 // And three ways to fill a tile, all zero-filling rows past the tensor's end (a ragged last
@@ -93,10 +93,10 @@ template <int COLS>
 using MmaTileLayout =
     std::conditional_t<COLS % 64 == 0 && (COLS & (COLS - 1)) == 0, SwizzledLayout<COLS>, PaddedLayout<COLS>>;
 
-/// Panels of 64 columns, each (ROWS, 64) with the XOR swizzle: wgmma's 128-byte swizzle. COLS = 96
-/// (Part VI's head dim) takes two panels and uses half of the second: the copy engine fills its
-/// columns 96-127 with zeros (past the tensor's last column), and the products read them as such
-/// (P·V's N stays a whole panel: O holds kRowElems columns, of which the first COLS are stored).
+/// Panels of 64 columns, each (ROWS, 64) with the XOR swizzle: wgmma's 128-byte swizzle. COLS = 32
+/// and 96 (Part VI's head dims) take one and two panels and use half of the last: the copy engine
+/// fills its 32 columns past the tensor's last with zeros, and the products read them as such
+/// (P·V's N stays whole panels: O holds kRowElems columns, of which the first COLS are stored).
 template <int ROWS, int COLS>
 struct WgmmaLayout {
   static_assert(COLS % 32 == 0 && ROWS % 8 == 0, "whole or half 64-column panels of whole 8-row swizzle atoms");

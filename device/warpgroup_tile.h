@@ -91,8 +91,8 @@ __device__ __forceinline__ void mma_pv_columns(Acc<D>& o, const uint32_t (&a)[4]
 /// O += P·V for the warpgroup's 64 rows: P (64, N) in registers, one FragA per warp, and the N
 /// value rows of `v_tile`: N / 16 wgmmas, one per 16 keys (16 rows of 128 bytes further down);
 /// past D = 128 each of those is two: 128 + 64 columns of O at D = 192, 128 + 128 at 256. O holds
-/// every column of V's panels (OC): at D = 96 that is 128, the last 32 the zeros the copy engine
-/// put past the tensor's columns (wgmma reads an MN-major operand in whole 64-column panels).
+/// every column of V's panels (OC): at D = 32 and 96 that is 64 and 128, the last 32 the zeros the
+/// copy engine put past the tensor's columns (wgmma reads an MN-major operand in whole 64-column panels).
 template <int OC, int D, int N>
 __device__ __forceinline__ void mma_pv_async(Acc<OC>& o, const FragA<N>& p, SmemTile<N, WgmmaLayout<N, D>> v_tile) {
   static_assert(OC == WgmmaLayout<N, D>::kRowElems, "O holds every column of V's panels");

@@ -53,12 +53,13 @@ using fa::ptx::mbarrier_wait;
 // [64w, 64w + 64): its Sᵀ, dPᵀ (64, BLOCK_M) and its dK, dV (64, HEAD_DIM) are wgmma accumulators,
 // each warp holding 16 keys' rows of them. dQ = dS·K (BLOCK_M, HEAD_DIM) is one (64, 64) product
 // per consumer over all 128 keys: at D = 128 each takes one of K's two 64-column panels; at D = 64
-// each takes one of the Q tile's two 64-query panels. D = 96 (Part VI) runs as D = 128 with the
-// tiles' second panel half used (device/smem_tile.h's WgmmaLayout: the copy engine fills columns
-// 96-127 with zeros): dK, dV and the staged dQ hold 128 columns, of which 96 are stored and added.
+// each takes one of the Q tile's two 64-query panels. Part VI: D = 96 runs as D = 128 and D = 32
+// as D = 64, the tiles' last panel half used (device/smem_tile.h's WgmmaLayout: the copy engine
+// fills the columns past the head dim with zeros); dK, dV and the staged dQ hold whole panels, of
+// which the head dim's columns are stored and added.
 template <int HEAD_DIM>
 struct BwdConfig {
-  static constexpr int BLOCK_M = HEAD_DIM == 64 ? 128 : 64;
+  static constexpr int BLOCK_M = HEAD_DIM <= 64 ? 128 : 64;  // D = 32: D = 64's tiles
   static constexpr int BLOCK_N = 128;
   static constexpr int CONSUMERS = 2;                    // consumer warpgroups
   static constexpr int NUM_WARPS = 4 * (1 + CONSUMERS);  // the producer warpgroup first
@@ -85,7 +86,7 @@ struct BwdConfig {
   // there by a bulk reduce. DQ_STAGES items: two at D = 128 (the consumers stage item t while the
   // copy engine reads item t − 1's), one at D = 64 (a second does not fit beside the 128-query tiles).
   static constexpr int DQ_STAGE_FLOATS = BLOCK_M * 64 * D_PANELS;  // one item's dQ (whole panels)
-  static constexpr int DQ_STAGES = HEAD_DIM == 64 ? 1 : 2;
+  static constexpr int DQ_STAGES = HEAD_DIM <= 64 ? 1 : 2;
   // Shared memory: K, V, STAGES × [Q, dO], two dSᵀ tiles, bf16 in wgmma's swizzle (each tile a
   // multiple of 1024 bytes, so every one starts on a swizzle-atom boundary); the dQ stages, fp32 in
   // TMA's swizzle (1024-byte aligned too); then STAGES × [the Q tile's LSE (exp2 units), D]; and
@@ -404,7 +405,7 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
 }  // namespace
 
 Capabilities backward_caps() {
-  Capabilities c = forward_caps({64, 96, 128});
+  Capabilities c = forward_caps({32, 64, 96, 128});
   c.only_sm = 90;                        // wgmma: sm_90a code, compute capability 9.0 only
   c.deterministic_backward = true;       // BackwardParams::deterministic: dQ added in a fixed order
   c.broadcast = false;                   // Q, dO, K, V through TMA maps: no zero strides,
@@ -433,6 +434,8 @@ Status backward(const BackwardParams& bp, cudaStream_t stream) {
         "the Hopper backward's dQ reduce addresses B·H_q with 32-bit coordinates: at most "
         "2^31 - 1 (got " +
         std::to_string(bp.fwd.batch * bp.fwd.heads_q) + ")");
+  if constexpr (head_dim_built(32))  // Part VI: D = 64's tiles, the panel half used
+    if (bp.fwd.head_dim == 32) return launch_for<32, BwdConfig<32>>(bp, stream);
   if constexpr (head_dim_built(64))
     if (bp.fwd.head_dim == 64) return launch_for<64, BwdConfig<64>>(bp, stream);
   if constexpr (head_dim_built(96))  // Part VI: D = 128's tiles, the second panel half used

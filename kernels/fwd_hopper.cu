@@ -400,10 +400,10 @@ template <int HEAD_DIM, typename Cfg>
 constexpr bool mods_elsewhere(unsigned bits) {
   const bool alibi_one_sided = bits == (kAlibiMod | kOneSided);
   return Cfg::BLOCK_M > 128 &&
-         ((HEAD_DIM == 64 && (bits == kCapMod || alibi_one_sided)) || (HEAD_DIM == 96 && alibi_one_sided));
+         ((HEAD_DIM <= 64 && (bits == kCapMod || alibi_one_sided)) || (HEAD_DIM == 96 && alibi_one_sided));
 }
 template <int HEAD_DIM>
-using ModsFallback = std::conditional_t<HEAD_DIM == 64, Config<128, 128, 4>, Config<128, 128, 3, RegisterStore>>;
+using ModsFallback = std::conditional_t<HEAD_DIM <= 64, Config<128, 128, 4>, Config<128, 128, 3, RegisterStore>>;
 
 // The host side of one configuration: the tuner calls Launcher::launch<HEAD_DIM, Cfg>.
 struct Launcher {
@@ -428,7 +428,7 @@ struct Launcher {
                               })
         : p.has_window() ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag>
                          : attention_kernel<HEAD_DIM, Cfg, Batched>;
-    if constexpr (HEAD_DIM == 64 || HEAD_DIM == 96)  // where mods_elsewhere leaves kernels out
+    if constexpr (HEAD_DIM <= 64 || HEAD_DIM == 96)  // where mods_elsewhere leaves kernels out
       if (kernel == nullptr) return launch<HEAD_DIM, ModsFallback<HEAD_DIM>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
@@ -459,7 +459,8 @@ struct Launcher {
 
 // Step 16's list, its measured order of preference per head dim (steps/16_tma_store/README.md), and
 // Part VI's: D = 96 as D = 128's two (the tiles are two panels wide, O 128 columns: the same
-// registers and shared memory, three quarters of Q·Kᵀ's wgmmas); D = 192 and 256 two consumers with
+// registers and shared memory, three quarters of Q·Kᵀ's wgmmas), D = 32 as D = 64's three (one
+// panel, half used: half of Q·Kᵀ's); D = 192 and 256 two consumers with
 // 64-key tiles (O alone is D / 2 registers a thread; with the next tile's S issued before P·V,
 // 128-key tiles would not fit 240), 2 or 3 stages.
 const tuner::Tuner kTuner(
@@ -469,6 +470,9 @@ const tuner::Tuner kTuner(
                       At<64, Config<128, 128, 4>>{},                   // 2 consumers, 128-key tiles
                       At<128, Config<192, 64, 4>>{},                   // 3 consumers at 160 registers
                       At<128, Config<128, 128, 3, RegisterStore>>{},   // 2 at 240, O from registers
+                      At<32, Config<256, 64, 5>>{},                    // Part VI: as D = 64
+                      At<32, Config<192, 128, 4>>{},                   //
+                      At<32, Config<128, 128, 4>>{},                   //
                       At<96, Config<192, 64, 4>>{},                    // Part VI: as D = 128
                       At<96, Config<128, 128, 3, RegisterStore>>{},    //
                       At<192, Config<128, 64, 2>>{},                   // Part VI: 2 consumers, 64-key tiles
@@ -476,14 +480,14 @@ const tuner::Tuner kTuner(
                       At<256, Config<128, 64, 2, RegisterStore>>{}));  // 193 KB: O from registers
 
 const Capabilities kCaps = [] {
-  Capabilities c = forward_caps({64, 96, 128, 192, 256});
+  Capabilities c = forward_caps({32, 64, 96, 128, 192, 256});
   c.only_sm = 90;                           // wgmma: sm_90a code, compute capability 9.0 only
   c.broadcast = false;                      // TMA maps step every dimension: no zero strides
   c.tma = true;                             // 32-bit coordinates, 40-bit byte strides
   c.max_work_tiles = kMaxWorkTiles;         // the persistent grid's 32-bit tile counter,
   c.work_tile_rows = kTuner.min_block_m();  // counted in the smallest tiles any configuration takes
   c.deterministic_backward = true;          // its backward: the Hopper one (kernels/bwd_hopper.cu),
-  c.backward_head_dims = bwd_hopper::backward_caps().head_dims;  // at 64, 96 and 128
+  c.backward_head_dims = bwd_hopper::backward_caps().head_dims;  // at 32, 64, 96 and 128
   c.split_kv = true;    // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   c.seqlens_kv = true;  // ... and reads a length per sequence
   c.paged_kv = true;    // ... a paged cache

@@ -5,9 +5,9 @@
 // checks each element of the shared tile at WgmmaLayout::offset(row, col): the tensor's value,
 // or zero past N. A wrong box, a wrong stride order, a missing swizzle or a wrong panel offset
 // puts values in the wrong place; an mbarrier that completed early leaves the poison in place.
-// Run twice on the same barrier, the second time with parity 1, for the phase bit. At D = 96 the
-// tile's second panel is half used (Part VI): its box reaches past the tensor's last column, and
-// columns 96-127 must arrive as zeros, their bytes counted by the mbarrier like the rest.
+// Run twice on the same barrier, the second time with parity 1, for the phase bit. At D = 32 and
+// 96 the tile's last panel is half used (Part VI): its box reaches past the tensor's last column,
+// and the 32 columns past it must arrive as zeros, their bytes counted by the mbarrier like the rest.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -99,6 +99,9 @@ TEST(Tma, BnhdTileD128IntoWgmmaLayout) {
 }
 TEST(Tma, BnhdTileD96IntoAHalfUsedPanel) {
   check_tma<96>();
+}
+TEST(Tma, BnhdTileD32IntoAHalfUsedPanel) {
+  check_tma<32>();
 }
 
 // A broadcast (stride 0 over a dimension longer than 1) is refused with a message, not encoded
