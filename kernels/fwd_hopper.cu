@@ -338,18 +338,17 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
         if (moved_next) rescale(o_i, alpha);
         p = to_bf16(s_next);
       }
+      wait_v(pos);  // the last tile's V has landed: before the zeros below, and before P·V
       // A packed sequence's last V tile past its end: the neighbour's rows, zeroed by all the
       // consumers before any of them reads the tile.
       if constexpr (varlen) {
         const int tail = scheduled[iter % 2].n_kv - (w.n_blocks - 1) * BLOCK_N;  // keys of the tile that exist
         if (tail < BLOCK_N) {
-          wait_v(pos);  // the copy's rows land before the zeros overwrite the neighbour's
           zero_rows(v_tile_of(pos), tail, int(threadIdx.x) - kWarpgroupThreads, kWarpgroupThreads * Cfg::CONSUMERS);
           ptx::fence_proxy_async_shared();  // the zeros, before wgmma (the async proxy) reads them
           ptx::named_barrier_sync(all_consumers_barrier<Cfg::CONSUMERS>(), kWarpgroupThreads * Cfg::CONSUMERS);
         }
       }
-      wait_v(pos);
       wgmma_begin(o_i, p);
       mma_pv_async(o_i, p, v_tile_of(pos));
       ptx::wgmma_commit();
