@@ -216,8 +216,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     if (use > 0) mbarrier_wait(bar(kv_empty[slot]), (use - 1) % 2);
     const int h_kv = int(kv_head_of(head_of(w), params.heads_q, params.heads_kv));
     const int row = (varlen ? w.kv_row : 0) + n_block * BLOCK_N;
-    const int tile_bytes =
-        BLOCK_N * KVLayout::kRowElems * int(sizeof(bf16));  // whole panels, as the copy engine fills them
+    const int tile_bytes = KVLayout::bytes(BLOCK_N);  // whole panels, as the copy engine fills them
     ptx::mbarrier_arrive_expect_tx(bar(k_full[slot]), kSplitFull ? tile_bytes : 2 * tile_bytes);
     load_tile_tma(k_tile_of(pos), &maps.k, row, h_kv, map_batch(w), bar(k_full[slot]));
     if constexpr (kSplitFull) ptx::mbarrier_arrive_expect_tx(bar(v_full[slot]), tile_bytes);
@@ -251,7 +250,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
           ptx::mbarrier_arrive(bar(q_full));
           break;
         }
-        ptx::mbarrier_arrive_expect_tx(bar(q_full), BLOCK_M * QLayout::kRowElems * int(sizeof(bf16)));
+        ptx::mbarrier_arrive_expect_tx(bar(q_full), QLayout::bytes(BLOCK_M));
         load_tile_tma(q_tile, &maps.q, w.q_row, head_of(w), map_batch(w), bar(q_full));
         for (int i = 1; i < w.n_blocks; ++i) load_kv(w, visited(w, i), pos++);
       }
