@@ -6,8 +6,8 @@
 # FA_HEAD_DIMS chooses the head dims the production kernels are instantiated for (each head dim is
 # a set of kernels to compile: a quick build takes one; "all" is every one). The default is the
 # lessons' two, 64 and 128, which CI builds; 32, 96, 192 and 256 are Part VI's (forward: kernels 100
-# and 101 all four; backward: kernel 100's and the Hopper one at 32 and 96; the decode kernel
-# refuses them by name). FA_DTYPES the element types: bf16 for now.
+# and 101 all four; backward: kernel 100's and the Hopper one at 32 and 96; the decode kernel 32,
+# 96 and 192, and refuses 256 by name). FA_DTYPES the element types: bf16 for now.
 set(FA_HEAD_DIMS "64;128" CACHE STRING "head dims the production kernels are built for (some of: 32 64 96 128 192 256, or all)")
 set(FA_DTYPES "bf16" CACHE STRING "element types the production kernels are built for (bf16)")
 set(fa_kernel_head_dims 32 64 96 128 192 256)
