@@ -413,7 +413,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
 constexpr int kCombineThreads = 256;
 constexpr int kCombineWarps = kCombineThreads / 32;
 template <int HEAD_DIM>
-constexpr int kCombineLanes = HEAD_DIM <= 32 ? 4 : HEAD_DIM <= 64 ? 8 : HEAD_DIM <= 128 ? 16 : 32;
+constexpr int kCombineLanes = HEAD_DIM <= 32    ? 4
+                              : HEAD_DIM <= 64  ? 8
+                              : HEAD_DIM <= 128 ? 16
+                                                : 32;
 static_assert(kCombineLanes<96> * 8 >= 96 && kCombineLanes<256> * 8 == 256, "a lane a chunk, the chunks rounded up");
 
 /// Warps per row for S splits: enough lane groups for two splits each, at most the block's 8 (at
@@ -645,21 +648,21 @@ struct Launcher {
 // Step 28's list, in its order of preference: 64-row tiles (one group's rows in every one). (Step
 // 30's 8-warp, 128-row tile was tried at D = 128: 0.51 ms against 0.28 at B = 32, N_kv = 8k, paged.)
 const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
-                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},       // 2 warps of 32 rows
-                                            At<64, Config<64, 64, 3, 1>>{},       // 4 warps of 16 rows
-                                            At<64, Config<16, 64, 3, 1, 4>>{},    // 16 rows, keys over 4 warps
-                                            At<128, Config<64, 64, 3, 1>>{},      // 4 warps of 16 rows
-                                            At<128, Config<16, 64, 3, 1, 4>>{},   // 16 rows, keys over 4 warps
+                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},      // 2 warps of 32 rows
+                                            At<64, Config<64, 64, 3, 1>>{},      // 4 warps of 16 rows
+                                            At<64, Config<16, 64, 3, 1, 4>>{},   // 16 rows, keys over 4 warps
+                                            At<128, Config<64, 64, 3, 1>>{},     // 4 warps of 16 rows
+                                            At<128, Config<16, 64, 3, 1, 4>>{},  // 16 rows, keys over 4 warps
                                             // Part VI's head dims: D = 32 as 64, 96 as 128; at 192 the
                                             // 64-row tile keeps two stages (three: 224 KB). Not 256: at
                                             // 255 registers every configuration spilled 4-36 bytes (D =
                                             // 128 fp32 registers of O a thread; outside the KV loop)
-                                            At<32, Config<64, 64, 3, 2>>{},     //
-                                            At<32, Config<64, 64, 3, 1>>{},     //
-                                            At<32, Config<16, 64, 3, 1, 4>>{},  //
-                                            At<96, Config<64, 64, 3, 1>>{},     //
-                                            At<96, Config<16, 64, 3, 1, 4>>{},  //
-                                            At<192, Config<64, 64, 2, 1>>{},    //
+                                            At<32, Config<64, 64, 3, 2>>{},       //
+                                            At<32, Config<64, 64, 3, 1>>{},       //
+                                            At<32, Config<16, 64, 3, 1, 4>>{},    //
+                                            At<96, Config<64, 64, 3, 1>>{},       //
+                                            At<96, Config<16, 64, 3, 1, 4>>{},    //
+                                            At<192, Config<64, 64, 2, 1>>{},      //
                                             At<192, Config<16, 64, 3, 1, 4>>{}),  //
                           /*kv_buckets=*/true);  // a decode's cache grows a key a call: key by N_kv's bucket
 
@@ -689,8 +692,7 @@ Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool pr
   // call passes through here.
   auto why = [&p] {
     if (p.head_dim > kMaxHeadDim)
-      return "the decode kernel's, which has head dims 32 to 192; this call has head dim " +
-             std::to_string(p.head_dim);
+      return "the decode kernel's, which has head dims 32 to 192; this call has head dim " + std::to_string(p.head_dim);
     return "for calls whose query rows times H_q / H_kv are at most " + std::to_string(kMaxPackedRows) +
            " (decode); this call has " + std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv));
   };

@@ -1,11 +1,11 @@
 // The production forwards' decode path (kernels/fwd_decode.cu), run through kernel 100 or 101 as
 // a caller reaches it: calls of a few query rows per group with a workspace go to the GQA-packed
 // split-KV kernel. Against the reference with O, the LSE, their guards and the workspace poisoned
-// (tests/gpu/split_kv_check.h): every group size, every head dim the build has (but 256), both layouts, causal rows in both
-// alignments, rows that see no key, the kernel's own split count; a split, lengths per sequence or
-// pages asked of a call the decode kernel does not take are refused with nothing written; describe
-// names the decode kernel for the calls it takes; the score modifications; sliding windows. Steps
-// 29 and 30's ragged and paged cache tests run through both kernels too.
+// (tests/gpu/split_kv_check.h): every group size, every head dim the build has (but 256), both layouts, causal rows in
+// both alignments, rows that see no key, the kernel's own split count; a split, lengths per sequence or pages asked of
+// a call the decode kernel does not take are refused with nothing written; describe names the decode kernel for the
+// calls it takes; the score modifications; sliding windows. Steps 29 and 30's ragged and paged cache tests run through
+// both kernels too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
