@@ -4,7 +4,9 @@
 #  1. a head dim without a kernel stops the configure, naming the supported ones (CMake wraps the
 #     message's lines: they are joined first);
 #  2. the Hopper kernel compiled for D = 128 alone (FA_KERNEL_HEAD_DIM_MASK, as kernels.cmake
-#     passes it) holds D = 128 kernels and no D = 64 one.
+#     passes it) holds D = 128 kernels and no D = 64 one;
+#  3. FA_DTYPES likewise: a type without a kernel stops the configure naming the supported ones, and
+#     so does a list without bf16 (the lessons, the backwards and the decode kernel are bf16).
 set -uo pipefail
 src=$1 nvcc=$2 cuobjdump=$3
 tmp=$(mktemp -d)
@@ -19,6 +21,21 @@ elif ! tr -s ' \n' '  ' <<<"$out" | grep -q "FA_HEAD_DIMS: head dim 80 has no pr
 else
   echo "ok: FA_HEAD_DIMS=64;80 refused, the supported head dims named"
 fi
+
+expect_refused() {  # $1: the -D option, $2: what the message must say
+  local out
+  rm -rf "$tmp/cfg"  # a fresh cache: the last configure's options would be read again
+  out=$(cmake -S "$src" -B "$tmp/cfg" -G Ninja -DFA_BUILD_TESTS=OFF "$1" 2>&1)
+  if [ $? -eq 0 ]; then
+    echo "FAIL: configure with $1 succeeded"; fail=1
+  elif ! tr -s ' \n' '  ' <<<"$out" | grep -qF "$2"; then
+    echo "FAIL: configure refused $1 without saying: $2"; tail -5 <<<"$out"; fail=1
+  else
+    echo "ok: $1 refused: $2"
+  fi
+}
+expect_refused "-DFA_DTYPES=bf16;fp32" "FA_DTYPES: element type fp32 has no production kernel yet (supported: bf16 fp16)"
+expect_refused "-DFA_DTYPES=fp16" "FA_DTYPES must include bf16"
 
 "$nvcc" -std=c++20 -O3 -arch=sm_90a -diag-suppress=177 -I"$src" -I"$src/include" -DFA_BUILD_ID='"head_dims_option"' \
   "-DFA_KERNEL_HEAD_DIM_MASK=$(printf '0x%xull' $((1 << (128 / 8))))" -c "$src/kernels/fwd_hopper.cu" -o "$tmp/k.o" || {
