@@ -97,8 +97,9 @@ std::string to_string(const ProblemShape& s) {
   os << "B=" << s.batch << " Hq=" << s.heads_q << " Hkv=" << s.heads_kv << " Nq=" << s.seqlen_q
      << " Nkv=" << s.seqlen_kv << " D=" << s.head_dim << (s.causal ? " causal" : "")
      << (s.causal && s.align == CausalAlign::bottom_right ? "(bottom-right)" : "")
-     << (s.layout == Layout::bnhd ? " bnhd" : "") << (s.dtype != DType::bf16 ? " " + dtype_name(s.dtype) : "")
-     << " input=" << to_string(s.input) << " seed=" << s.seed;
+     << (s.layout == Layout::bnhd ? " bnhd" : "");
+  if (s.dtype != DType::bf16) os << " " << dtype_name(s.dtype);
+  os << " input=" << to_string(s.input) << " seed=" << s.seed;
   if (s.row_gap != 0) os << " row_gap=" << s.row_gap;
   if (s.window_left >= 0 || s.window_right >= 0)
     os << " window=(" << s.window_left << ", " << s.window_right << ")"

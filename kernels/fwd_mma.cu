@@ -287,8 +287,7 @@ const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
                                             At<256, Config<128, 32, 3, 1>>{}));
 
 const Capabilities kCaps = [] {
-  Capabilities c = forward_caps({32, 64, 96, 128, 192, 256});  // step 10's: nothing beyond the common ones
-                                                               // (bf16, and fp16 where the build has it),
+  Capabilities c = forward_caps({32, 64, 96, 128, 192, 256});  // step 10's: nothing beyond the common ones,
   c.deterministic_backward = true;                             // and the production backward's deterministic mode
   c.split_kv = true;                     // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   c.seqlens_kv = true;                   // ... and reads a length per sequence (kernels/fwd_decode.cu)
