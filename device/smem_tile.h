@@ -24,6 +24,7 @@
 //   WgmmaLayout<ROWS, COLS>  what wgmma's 128-byte swizzle reads (device/ptx/wgmma.h): the tile
 //                         cut into panels of 64 columns, each panel ROWS rows of 128 bytes, the
 //                         same XOR inside each row. For COLS = 64 it is SwizzledLayout<64>. Step 11.
+//                         At COLS = 32 and 96 (Part VI) the last panel is half used.
 //
 // Every layout also says `kRowPitch`: how many elements one row down is, at a fixed column.
 // And three ways to fill a tile, all zero-filling rows past the tensor's end (a ragged last
@@ -96,20 +97,24 @@ template <int COLS>
 using MmaTileLayout =
     std::conditional_t<COLS % 64 == 0 && (COLS & (COLS - 1)) == 0, SwizzledLayout<COLS>, PaddedLayout<COLS>>;
 
-/// Panels of 64 columns, each (ROWS, 64) with the XOR swizzle: wgmma's 128-byte swizzle.
+/// Panels of 64 columns, each (ROWS, 64) with the XOR swizzle: wgmma's 128-byte swizzle. COLS = 32
+/// and 96 (Part VI's head dims) take one and two panels and use half of the last: the copy engine
+/// fills its 32 columns past the tensor's last with zeros, and the products read them as such
+/// (P·V's N stays whole panels: O holds kRowElems columns, of which the first COLS are stored).
 template <int ROWS, int COLS>
 struct WgmmaLayout {
-  static_assert(COLS % 64 == 0 && ROWS % 8 == 0, "whole 64-column panels of whole 8-row swizzle atoms");
+  static_assert(COLS % 32 == 0 && ROWS % 8 == 0, "whole or half 64-column panels of whole 8-row swizzle atoms");
   static constexpr int kCols = COLS;
   static constexpr int kRows = ROWS;
   static constexpr bool kSwizzled = true;
-  static constexpr int kPanelElems = ROWS * 64;  // one (ROWS, 64) panel
-  static constexpr int kRowElems = COLS;         // a tile of r rows holds r · COLS elements
-  static constexpr int kRowPitch = 64;           // one row down, inside a panel
+  static constexpr int kPanels = (COLS + 63) / 64;
+  static constexpr int kPanelElems = ROWS * 64;   // one (ROWS, 64) panel
+  static constexpr int kRowElems = kPanels * 64;  // a tile of r rows holds r · kRowElems elements
+  static constexpr int kRowPitch = 64;            // one row down, inside a panel
   FA_HD static int offset(int row, int col) {
     return (col / 64) * kPanelElems + ptx::swizzled_offset(row, col % 64, 64);
   }
-  FA_HD static constexpr int bytes(int rows) { return rows * COLS * 2; }
+  FA_HD static constexpr int bytes(int rows) { return rows * kRowElems * 2; }
 };
 
 // Each thread copies 16-byte chunks; all NUM_THREADS threads together copy ROWS_PER_PASS rows per
@@ -169,7 +174,7 @@ struct SmemTile {
 };
 
 /// The tile `index` tiles of this shape after `t` (ring buffers, K and V side by side).
-/// A WgmmaLayout tile holds ROWS · COLS elements too, so the arithmetic is the same.
+/// A WgmmaLayout tile holds ROWS · kRowElems elements too (whole panels), so the arithmetic is the same.
 template <int ROWS, typename Layout, typename Elem>
 __device__ __forceinline__ SmemTile<ROWS, Layout, Elem> next_tile(SmemTile<ROWS, Layout, Elem> t, int index) {
   return {t.ptr + index * ROWS * Layout::kRowElems};
@@ -263,12 +268,13 @@ __device__ __forceinline__ void load_rows_async(SmemTile<ROWS, Layout, Elem> til
 /// Rows [row, row + ROWS) of head `head`, batch `batch` of the tensor that `map` describes (a
 /// library/tma.h map with boxes of ROWS rows), into a WgmmaLayout tile by the copy engine: one
 /// box per 64-column panel, all completing on the mbarrier at `bar`, which must expect
-/// ROWS · COLS · 2 bytes. Called by one thread.
+/// ROWS · kRowElems · 2 bytes (a box's columns past the tensor's arrive as zeros and count). Called
+/// by one thread.
 template <int ROWS, int COLS, typename Elem>
 __device__ __forceinline__ void load_tile_tma(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>, Elem> tile, const void* map,
                                               int row, int head, int batch, uint32_t bar) {
 #pragma unroll
-  for (int panel = 0; panel < COLS / 64; ++panel)
+  for (int panel = 0; panel < WgmmaLayout<ROWS, COLS>::kPanels; ++panel)
     ptx::tma_load_4d(tile.addr() + panel * ROWS * 128, map, panel * 64, row, head, batch, bar);
 }
 
@@ -280,7 +286,7 @@ __device__ __forceinline__ void load_tile_tma(SmemTile<ROWS, WgmmaLayout<ROWS, C
 template <int ROWS, int COLS, typename Elem>
 __device__ __forceinline__ void zero_rows(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>, Elem> tile, int first_row, int thread,
                                           int threads) {
-  constexpr unsigned kChunks = ROWS * (COLS / 64) * 8;  // 16-byte chunks: 8 per row of each panel
+  constexpr unsigned kChunks = ROWS * WgmmaLayout<ROWS, COLS>::kPanels * 8;  // 16-byte chunks: 8 per row of each panel
   // Opaque from here: the index arithmetic stays inside the caller's rare branch instead of being
   // hoisted out of its loops into registers that it would have to spill.
   unsigned c = unsigned(thread);
@@ -316,7 +322,7 @@ template <int ROWS, int COLS, typename Elem>
 __device__ __forceinline__ void store_tile_tma(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>, Elem> tile, const void* map,
                                                int row, int head, int batch) {
 #pragma unroll
-  for (int panel = 0; panel < COLS / 64; ++panel)
+  for (int panel = 0; panel < WgmmaLayout<ROWS, COLS>::kPanels; ++panel)  // columns past the tensor's: clipped
     ptx::tma_store_4d(map, panel * 64, row, head, batch, tile.addr() + panel * ROWS * 128);
 }
 

@@ -92,17 +92,36 @@ __device__ __forceinline__ void mma_pv_columns(Acc<D>& o, const uint32_t (&a)[4]
 /// O += P·V for the warpgroup's 64 rows: P (64, N) in registers, one FragA per warp (rounded to
 /// V's element type), and the N value rows of `v_tile`: N / 16 wgmmas, one per 16 keys (16 rows of
 /// 128 bytes further down); past D = 128 each of those is two: 128 + 64 columns of O at D = 192,
-/// 128 + 128 at 256.
-template <int D, int N, typename Elem>
-__device__ __forceinline__ void mma_pv_async(Acc<D>& o, const FragA<N>& p,
+/// 128 + 128 at 256. O holds every column of V's panels (OC): at D = 32 and 96 that is 64 and 128,
+/// the last 32 the zeros the copy engine put past the tensor's columns (wgmma reads an MN-major
+/// operand in whole 64-column panels).
+template <int OC, int D, int N, typename Elem>
+__device__ __forceinline__ void mma_pv_async(Acc<OC>& o, const FragA<N>& p,
                                              SmemTile<N, WgmmaLayout<N, D>, Elem> v_tile) {
+  static_assert(OC == WgmmaLayout<N, D>::kRowElems, "O holds every column of V's panels");
   const uint32_t v = v_tile.addr();
 #pragma unroll
   for (int kk = 0; kk < N / 16; ++kk) {
-    if constexpr (D <= 128)
-      ptx::wgmma_rs_mn<D, Elem>(o.c, p.a[kk], ptx::smem_desc_mn_major(v + kk * 16 * 128, N * 128), true);
+    if constexpr (OC <= 128)
+      ptx::wgmma_rs_mn<OC, Elem>(o.c, p.a[kk], ptx::smem_desc_mn_major(v + kk * 16 * 128, N * 128), true);
     else
-      mma_pv_columns<0, D, N, Elem>(o, p.a[kk], v + kk * 16 * 128);
+      mma_pv_columns<0, OC, N, Elem>(o, p.a[kk], v + kk * 16 * 128);
+  }
+}
+
+/// The first D columns of O (the head dim's), from an accumulator that holds whole panels (OC).
+template <int D, int OC>
+__device__ __forceinline__ Acc<D> head_columns(const Acc<OC>& o) {
+  static_assert(D <= OC && D % 8 == 0, "whole 8-column fragments of O");
+  if constexpr (D == OC) {
+    return o;
+  } else {
+    Acc<D> out;
+#pragma unroll
+    for (int f = 0; f < D / 8; ++f)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out.c[f][e] = o.c[f][e];
+    return out;
   }
 }
 
@@ -145,12 +164,13 @@ __device__ __forceinline__ void mma_qk_async(ByAddition, Acc<N>& s, SmemTile<QRO
   }
 }
 
-template <int D, int N, typename Elem>
-__device__ __forceinline__ void mma_pv_async(ByAddition, Acc<D>& o, const FragA<N>& p,
+template <int OC, int D, int N, typename Elem>
+__device__ __forceinline__ void mma_pv_async(ByAddition, Acc<OC>& o, const FragA<N>& p,
                                              SmemTile<N, WgmmaLayout<N, D>, Elem> v_tile) {
+  static_assert(OC == WgmmaLayout<N, D>::kRowElems && OC <= 128, "O holds every column of V's panels");
   const ptx::SmemDesc v = ptx::split_desc(ptx::smem_desc_mn_major(v_tile.addr(), N * 128));
 #pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk) ptx::wgmma_rs_mn<D, Elem>(o.c, p.a[kk], (v + kk * 16 * 128).bits(), true);
+  for (int kk = 0; kk < N / 16; ++kk) ptx::wgmma_rs_mn<OC, Elem>(o.c, p.a[kk], (v + kk * 16 * 128).bits(), true);
 }
 
 template <int K, int ACOLS, int BCOLS, typename Elem>

@@ -53,17 +53,20 @@ using fa::ptx::mbarrier_wait;
 // [64w, 64w + 64): its Sᵀ, dPᵀ (64, BLOCK_M) and its dK, dV (64, HEAD_DIM) are wgmma accumulators,
 // each warp holding 16 keys' rows of them. dQ = dS·K (BLOCK_M, HEAD_DIM) is one (64, 64) product
 // per consumer over all 128 keys: at D = 128 each takes one of K's two 64-column panels; at D = 64
-// each takes one of the Q tile's two 64-query panels.
+// each takes one of the Q tile's two 64-query panels. Part VI: D = 96 runs as D = 128 and D = 32
+// as D = 64, the tiles' last panel half used (device/smem_tile.h's WgmmaLayout: the copy engine
+// fills the columns past the head dim with zeros); dK, dV and the staged dQ hold whole panels, of
+// which the head dim's columns are stored and added.
 template <int HEAD_DIM>
 struct BwdConfig {
-  static constexpr int BLOCK_M = HEAD_DIM == 64 ? 128 : 64;
+  static constexpr int BLOCK_M = HEAD_DIM <= 64 ? 128 : 64;  // D = 32: D = 64's tiles
   static constexpr int BLOCK_N = 128;
   static constexpr int CONSUMERS = 2;                    // consumer warpgroups
   static constexpr int NUM_WARPS = 4 * (1 + CONSUMERS);  // the producer warpgroup first
   static constexpr int NUM_THREADS = NUM_WARPS * 32;
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int KEYS_PER_WARPGROUP = BLOCK_N / CONSUMERS;  // 64: one wgmma's M
-  static constexpr int D_PANELS = HEAD_DIM / 64;                  // dQ's 64-column blocks
+  static constexpr int D_PANELS = (HEAD_DIM + 63) / 64;           // dQ's 64-column blocks
   static constexpr int Q_PANELS = BLOCK_M / 64;                   // dQ's 64-row blocks
   static_assert(D_PANELS * Q_PANELS == CONSUMERS, "one (64, 64) product of dQ per consumer");
   static constexpr int STAGES = 2;  // work items in flight: Q, dO, LSE and D of each
@@ -82,8 +85,8 @@ struct BwdConfig {
   // each consumer writing its (64, 64) product into two of them, and added into global memory from
   // there by a bulk reduce. DQ_STAGES items: two at D = 128 (the consumers stage item t while the
   // copy engine reads item t − 1's), one at D = 64 (a second does not fit beside the 128-query tiles).
-  static constexpr int DQ_STAGE_FLOATS = BLOCK_M * HEAD_DIM;  // one item's dQ
-  static constexpr int DQ_STAGES = HEAD_DIM == 64 ? 1 : 2;
+  static constexpr int DQ_STAGE_FLOATS = BLOCK_M * 64 * D_PANELS;  // one item's dQ (whole panels)
+  static constexpr int DQ_STAGES = HEAD_DIM <= 64 ? 1 : 2;
   // Shared memory: K, V, STAGES × [Q, dO], two dSᵀ tiles, bf16 in wgmma's swizzle (each tile a
   // multiple of 1024 bytes, so every one starts on a swizzle-atom boundary); the dQ stages, fp32 in
   // TMA's swizzle (1024-byte aligned too); then STAGES × [the Q tile's LSE (exp2 units), D]; and
@@ -231,7 +234,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       return;
     }
     if (lane == 0) {
-      ptx::mbarrier_arrive_expect_tx(bar(kv_full), 2 * BLOCK_N * HEAD_DIM * 2);
+      ptx::mbarrier_arrive_expect_tx(bar(kv_full), 2 * BLOCK_N * KVLayout::kRowElems * 2);  // whole panels
       load_tile_tma(kv_tiles, &maps.qkv.k, n_start, int(h_kv), int(b), bar(kv_full));
       load_tile_tma(next_tile(kv_tiles, 1), &maps.qkv.v, n_start, int(h_kv), int(b), bar(kv_full));
     }
@@ -249,7 +252,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       }
       // Each lane's arrival releases its own stores; lane 0's also announces Q's and dO's bytes.
       if (lane == 0) {
-        ptx::mbarrier_arrive_expect_tx(bar(full[stage]), 2 * BLOCK_M * HEAD_DIM * 2);
+        ptx::mbarrier_arrive_expect_tx(bar(full[stage]), 2 * BLOCK_M * QLayout::kRowElems * 2);
         load_tile_tma(next_tile(qdo_tiles, 2 * stage), &maps.qkv.q, m_start, int(h), int(b), bar(full[stage]));
         load_tile_tma(next_tile(qdo_tiles, 2 * stage + 1), &maps.d_o, m_start, int(h), int(b), bar(full[stage]));
       } else {
@@ -272,8 +275,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   const int64_t turnstiles_per_head = (n_q + kBackwardTurnstileRows - 1) / kBackwardTurnstileRows;
   const int kv_rows = min(BLOCK_N, n_kv - n_start);
 
-  // ---- init state: dK and dV of the warp's 16 keys × HEAD_DIM columns, fp32 wgmma accumulators.
-  Acc<HEAD_DIM> dk = zeros<HEAD_DIM>(), dv = zeros<HEAD_DIM>();
+  // ---- init state: dK and dV of the warp's 16 keys × HEAD_DIM columns, fp32 wgmma accumulators
+  // (every column of the tiles' panels: at D = 96, 32 of zeros past the head dim's).
+  constexpr int KV_COLS = KVLayout::kRowElems;
+  Acc<KV_COLS> dk = zeros<KV_COLS>(), dv = zeros<KV_COLS>();
   if (items > 0) mbarrier_wait(bar(kv_full), 0);  // K and V have landed
 
   for (int t = 0, hq = 0, k = m_first; t < items; ++t) {
@@ -363,8 +368,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
                  int64_t(n_start) * bp.dk_stride.seq;
   bf16* dv_ptr = static_cast<bf16*>(bp.dv) + b * bp.dv_stride.batch + h_kv * bp.dv_stride.head +
                  int64_t(n_start) * bp.dv_stride.seq;
-  store_rows(dk_ptr, bp.dk_stride.seq, dk, rows(scale_log2 / kLog2e), key_row0, kv_rows);
-  store_rows(dv_ptr, bp.dv_stride.seq, dv, rows(1.0f), key_row0, kv_rows);
+  store_rows(dk_ptr, bp.dk_stride.seq, head_columns<HEAD_DIM>(dk), rows(scale_log2 / kLog2e), key_row0, kv_rows);
+  store_rows(dv_ptr, bp.dv_stride.seq, head_columns<HEAD_DIM>(dv), rows(1.0f), key_row0, kv_rows);
 }
 
 template <int HEAD_DIM, typename Cfg, typename MaskT, typename ScoreMod = Identity>
@@ -400,7 +405,7 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
 }  // namespace
 
 Capabilities backward_caps() {
-  Capabilities c = forward_caps({64, 128});
+  Capabilities c = forward_caps({32, 64, 96, 128});
   c.dtypes = {DType::bf16};              // bf16 alone: fp16 gradients are refused by name
   c.only_sm = 90;                        // wgmma: sm_90a code, compute capability 9.0 only
   c.deterministic_backward = true;       // BackwardParams::deterministic: dQ added in a fixed order
@@ -430,8 +435,12 @@ Status backward(const BackwardParams& bp, cudaStream_t stream) {
         "the Hopper backward's dQ reduce addresses B·H_q with 32-bit coordinates: at most "
         "2^31 - 1 (got " +
         std::to_string(bp.fwd.batch * bp.fwd.heads_q) + ")");
+  if constexpr (head_dim_built(32))  // Part VI: D = 64's tiles, the panel half used
+    if (bp.fwd.head_dim == 32) return launch_for<32, BwdConfig<32>>(bp, stream);
   if constexpr (head_dim_built(64))
     if (bp.fwd.head_dim == 64) return launch_for<64, BwdConfig<64>>(bp, stream);
+  if constexpr (head_dim_built(96))  // Part VI: D = 128's tiles, the second panel half used
+    if (bp.fwd.head_dim == 96) return launch_for<96, BwdConfig<96>>(bp, stream);
   if constexpr (head_dim_built(128))
     if (bp.fwd.head_dim == 128) return launch_for<128, BwdConfig<128>>(bp, stream);
   return Status::Unsupported("the Hopper backward has no kernel at head dim " + std::to_string(bp.fwd.head_dim));

@@ -223,7 +223,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     if (use > 0) mbarrier_wait(bar(kv_empty[slot]), (use - 1) % 2);
     const int h_kv = int(kv_head_of(head_of(w), params.heads_q, params.heads_kv));
     const int row = (varlen ? w.kv_row : 0) + n_block * BLOCK_N;
-    const int tile_bytes = BLOCK_N * HEAD_DIM * int(sizeof(T));
+    const int tile_bytes =
+        BLOCK_N * KVLayout::kRowElems * int(sizeof(T));  // whole panels, as the copy engine fills them
     ptx::mbarrier_arrive_expect_tx(bar(k_full[slot]), kSplitFull ? tile_bytes : 2 * tile_bytes);
     load_tile_tma(k_tile_of(pos), &maps.k, row, h_kv, map_batch(w), bar(k_full[slot]));
     if constexpr (kSplitFull) ptx::mbarrier_arrive_expect_tx(bar(v_full[slot]), tile_bytes);
@@ -257,7 +258,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
           ptx::mbarrier_arrive(bar(q_full));
           break;
         }
-        ptx::mbarrier_arrive_expect_tx(bar(q_full), BLOCK_M * HEAD_DIM * int(sizeof(T)));
+        ptx::mbarrier_arrive_expect_tx(bar(q_full), BLOCK_M * QLayout::kRowElems * int(sizeof(T)));
         load_tile_tma(q_tile, &maps.q, w.q_row, head_of(w), map_batch(w), bar(q_full));
         for (int i = 1; i < w.n_blocks; ++i) load_kv(w, visited(w, i), pos++);
       }
@@ -276,9 +277,12 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     const ScoreMod score_mod = ScoreMod::make(params, mods, batch_of(w), head_of(w));
     const int row0 = w.m_start + tile_row0;  // this warp's first query row
 
-    Acc<HEAD_DIM> o_i = zeros<HEAD_DIM>();  // (16, HEAD_DIM) fp32, unnormalised output
-    Rows m_i = rows(-INFINITY);             // running row max, raw score units
-    Rows l_i = rows(0.0f);                  // running row sum over this lane's columns
+    // (16, O_COLS) fp32, unnormalised output: every column of V's panels (at D = 96, 32 columns of
+    // zeros past the head dim's; device/warpgroup_tile.h's mma_pv_async)
+    constexpr int O_COLS = KVLayout::kRowElems;
+    Acc<O_COLS> o_i = zeros<O_COLS>();
+    Rows m_i = rows(-INFINITY);  // running row max, raw score units
+    Rows l_i = rows(0.0f);       // running row sum over this lane's columns
 
     // The softmax of the i-th visited S tile, lazily rescaled; says whether O must be rescaled by
     // alpha once the P·V in flight is done.
@@ -341,18 +345,17 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
         if (moved_next) rescale(o_i, alpha);
         p = to_a<T>(s_next);
       }
+      wait_v(pos);  // the last tile's V has landed: before the zeros below, and before P·V
       // A packed sequence's last V tile past its end: the neighbour's rows, zeroed by all the
       // consumers before any of them reads the tile.
       if constexpr (varlen) {
         const int tail = scheduled[iter % 2].n_kv - (w.n_blocks - 1) * BLOCK_N;  // keys of the tile that exist
         if (tail < BLOCK_N) {
-          wait_v(pos);  // the copy's rows land before the zeros overwrite the neighbour's
           zero_rows(v_tile_of(pos), tail, int(threadIdx.x) - kWarpgroupThreads, kWarpgroupThreads * Cfg::CONSUMERS);
           ptx::fence_proxy_async_shared();  // the zeros, before wgmma (the async proxy) reads them
           ptx::named_barrier_sync(all_consumers_barrier<Cfg::CONSUMERS>(), kWarpgroupThreads * Cfg::CONSUMERS);
         }
       }
-      wait_v(pos);
       wgmma_begin(o_i, p);
       mma_pv_async(o_i, p, v_tile_of(pos));
       ptx::wgmma_commit();
@@ -372,7 +375,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     const SequenceRows q_seq{done.q_row - done.m_start, done.n_q};
     out.valid_rows = done.n_q - done.m_start;
     if constexpr (Epilogue::kSmemTile) {
-      out.tile = {o_tiles + (warpgroup - 1) * kWarpgroupRows * HEAD_DIM};
+      out.tile = {o_tiles + (warpgroup - 1) * kWarpgroupRows * OLayout::kRowElems};
       out.direct = varlen && out.valid_rows < wg_row0 + kWarpgroupRows;
       out.tile_row0 = tile_row0 - wg_row0;
       out.barrier = consumer_barrier(warpgroup);
@@ -389,19 +392,24 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     // (B, H_q, N_q), or with varlen (H_q, total_q)
     out.lse = params.lse != nullptr ? params.lse + lse_offset(params, b, h, q_seq, done.m_start, varlen) : nullptr;
     out.row0 = tile_row0;
-    Epilogue::store(out, o_i, m_i, l, scale_log2);
+    Epilogue::store(out, head_columns<HEAD_DIM>(o_i), m_i, l, scale_log2);
   }
   Epilogue::finish();
 }
 
 // Whether a configuration leaves out the one-modification kernel of Mods bits `bits` because it
-// spills on sm_90 (8 to 40 bytes, D = 64's three and four consumers: softcap, one-sided ALiBi): a
-// call that would run it runs the two-consumer configuration of its head dim instead. (The general
-// ScoreMods kernel, whose cap and slope tests branch per tile, fits in all of them.)
+// spills on sm_90 (8 to 40 bytes, D = 64's three and four consumers: softcap, one-sided ALiBi; 8
+// bytes, D = 96's three: one-sided ALiBi): a call that would run it runs the two-consumer
+// configuration of its head dim instead (ModsFallback). (The general ScoreMods kernel, whose cap
+// and slope tests branch per tile, fits in all of them.)
 template <int HEAD_DIM, typename Cfg>
 constexpr bool mods_elsewhere(unsigned bits) {
-  return HEAD_DIM == 64 && Cfg::BLOCK_M > 128 && (bits == kCapMod || bits == (kAlibiMod | kOneSided));
+  const bool alibi_one_sided = bits == (kAlibiMod | kOneSided);
+  return Cfg::BLOCK_M > 128 &&
+         ((HEAD_DIM <= 64 && (bits == kCapMod || alibi_one_sided)) || (HEAD_DIM == 96 && alibi_one_sided));
 }
+template <int HEAD_DIM>
+using ModsFallback = std::conditional_t<HEAD_DIM <= 64, Config<128, 128, 4>, Config<128, 128, 3, RegisterStore>>;
 
 // The host side of one configuration: the tuner calls Launcher::launch<HEAD_DIM, Cfg>, for every
 // element type alike (the tuner's key holds the type, so each is timed on its own).
@@ -436,8 +444,8 @@ struct Launcher {
                               })
         : p.has_window() ? attention_kernel<HEAD_DIM, Cfg, T, Batched, WindowFlag>
                          : attention_kernel<HEAD_DIM, Cfg, T, Batched>;
-    if constexpr (HEAD_DIM == 64)  // mods_elsewhere leaves kernels out at D = 64 alone
-      if (kernel == nullptr) return launch_as<T, 64, Config<128, 128, 4>>(p, stream);
+    if constexpr (HEAD_DIM <= 64 || HEAD_DIM == 96)  // where mods_elsewhere leaves kernels out
+      if (kernel == nullptr) return launch_as<T, HEAD_DIM, ModsFallback<HEAD_DIM>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)
@@ -466,8 +474,11 @@ struct Launcher {
 };
 
 // Step 16's list, its measured order of preference per head dim (steps/16_tma_store/README.md), and
-// Part VI's D = 192 and 256: two consumers with 64-key tiles (O alone is D / 2 registers a thread;
-// with the next tile's S issued before P·V, 128-key tiles would not fit 240), 2 or 3 stages.
+// Part VI's: D = 96 as D = 128's two (the tiles are two panels wide, O 128 columns: the same
+// registers and shared memory, three quarters of Q·Kᵀ's wgmmas), D = 32 as D = 64's three (one
+// panel, half used: half of Q·Kᵀ's); D = 192 and 256 two consumers with
+// 64-key tiles (O alone is D / 2 registers a thread; with the next tile's S issued before P·V,
+// 128-key tiles would not fit 240), 2 or 3 stages.
 const tuner::Tuner kTuner(
     kProductionHopper, FA_BUILD_ID,
     configs<Launcher>(At<64, Config<256, 64, 5>>{},                    // 4 consumers, 5 tiles in flight
@@ -475,24 +486,30 @@ const tuner::Tuner kTuner(
                       At<64, Config<128, 128, 4>>{},                   // 2 consumers, 128-key tiles
                       At<128, Config<192, 64, 4>>{},                   // 3 consumers at 160 registers
                       At<128, Config<128, 128, 3, RegisterStore>>{},   // 2 at 240, O from registers
+                      At<32, Config<256, 64, 5>>{},                    // Part VI: as D = 64
+                      At<32, Config<192, 128, 4>>{},                   //
+                      At<32, Config<128, 128, 4>>{},                   //
+                      At<96, Config<192, 64, 4>>{},                    // Part VI: as D = 128
+                      At<96, Config<128, 128, 3, RegisterStore>>{},    //
                       At<192, Config<128, 64, 2>>{},                   // Part VI: 2 consumers, 64-key tiles
                       At<192, Config<128, 64, 3, RegisterStore>>{},    //
                       At<256, Config<128, 64, 2, RegisterStore>>{}));  // 193 KB: O from registers
 
 const Capabilities kCaps = [] {
-  Capabilities c = forward_caps({64, 128, 192, 256});
+  Capabilities c = forward_caps({32, 64, 96, 128, 192, 256});
   c.only_sm = 90;                           // wgmma: sm_90a code, compute capability 9.0 only
   c.broadcast = false;                      // TMA maps step every dimension: no zero strides
   c.tma = true;                             // 32-bit coordinates, 40-bit byte strides
   c.max_work_tiles = kMaxWorkTiles;         // the persistent grid's 32-bit tile counter,
   c.work_tile_rows = kTuner.min_block_m();  // counted in the smallest tiles any configuration takes
-  c.deterministic_backward = true;          // its backward: the Hopper one (kernels/bwd_hopper.cu)
-  c.split_kv = true;                        // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
-  c.seqlens_kv = true;                      // ... and reads a length per sequence
-  c.paged_kv = true;                        // ... a paged cache
-  c.kv_append = true;                       // appends to the cache in the call (the decode kernel)
-  c.varlen = true;                          // packed sequences (cu_seqlens): decode-sized ones the decode
-                                            // kernel, longer ones this one
+  c.deterministic_backward = true;          // its backward: the Hopper one (kernels/bwd_hopper.cu),
+  c.backward_head_dims = bwd_hopper::backward_caps().head_dims;  // at 32, 64, 96 and 128
+  c.split_kv = true;    // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
+  c.seqlens_kv = true;  // ... and reads a length per sequence
+  c.paged_kv = true;    // ... a paged cache
+  c.kv_append = true;   // appends to the cache in the call (the decode kernel)
+  c.varlen = true;      // packed sequences (cu_seqlens): decode-sized ones the decode
+                        // kernel, longer ones this one
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
   c.dtypes = built_dtypes();                        // bf16, and fp16 where the build compiles it;
   c.decode_dtypes = decode::dtypes();               // the decode kernel's options at bf16 alone

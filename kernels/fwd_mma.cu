@@ -289,6 +289,7 @@ const tuner::Tuner kTuner(kProductionMma, FA_BUILD_ID,
 const Capabilities kCaps = [] {
   Capabilities c = forward_caps({32, 64, 96, 128, 192, 256});  // step 10's: nothing beyond the common ones,
   c.deterministic_backward = true;                             // and the production backward's deterministic mode
+  c.backward_head_dims = bwd::backward_caps().head_dims;       // 32 to 128 (kernels/bwd_mma.cu)
   c.split_kv = true;                     // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   c.seqlens_kv = true;                   // ... and reads a length per sequence (kernels/fwd_decode.cu)
   c.paged_kv = true;                     // ... a paged cache

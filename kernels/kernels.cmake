@@ -5,13 +5,13 @@
 #
 # FA_HEAD_DIMS chooses the head dims the production kernels are instantiated for (each head dim is
 # a set of kernels to compile: a quick build takes one; "all" is every one). The default is the
-# lessons' two, 64 and 128, which CI builds; 32, 96, 192 and 256 are Part VI's (forward: kernel 100
-# all four, kernel 101 192 and 256; backward: kernel 100's at 32 and 96; the Hopper backward and
-# the decode kernel refuse them by name). FA_DTYPES the element types of the production forwards:
-# bf16 (the default, which CI builds: the lessons, the backwards and the decode kernel are bf16, so
-# it is always in the list), and fp16 beside it ("bf16;fp16", or "all"), which compiles the forwards'
-# kernels a second time; without it the forwards refuse fp16 by name. The decode kernel and both
-# backwards are bf16 whatever the option, and refuse fp16 by name.
+# lessons' two, 64 and 128, which CI builds; 32, 96, 192 and 256 are Part VI's (forward: kernels 100
+# and 101 all four; backward: kernel 100's and the Hopper one at 32 and 96; the decode kernel
+# refuses them by name). FA_DTYPES the element types of the production forwards: bf16 (the default,
+# which CI builds: the lessons, the backwards and the decode kernel are bf16, so it is always in the
+# list), and fp16 beside it ("bf16;fp16", or "all"), which compiles the forwards' kernels a second
+# time, at every head dim FA_HEAD_DIMS names; without it the forwards refuse fp16 by name. The decode
+# kernel and both backwards are bf16 whatever the option, and refuse fp16 by name.
 set(FA_HEAD_DIMS "64;128" CACHE STRING "head dims the production kernels are built for (some of: 32 64 96 128 192 256, or all)")
 set(FA_DTYPES "bf16" CACHE STRING "element types the production forwards are built for (bf16, optionally fp16: bf16;fp16 or all)")
 set(fa_kernel_head_dims 32 64 96 128 192 256)

@@ -45,6 +45,9 @@ struct Capabilities {
   int only_sm = 0;
   /// Its backward honours BackwardParams::deterministic (bitwise-identical gradients run to run).
   bool deterministic_backward = false;
+  /// The head dims its backward has, where they are fewer than the forward's (Part VI's production
+  /// kernels, built with FA_HEAD_DIMS=all); empty: every one of head_dims.
+  std::vector<int> backward_head_dims;
   /// Splits the keys across blocks when asked (AttentionParams::num_splits > 1, or 0 with a
   /// workspace): Part V's split-KV forward.
   bool split_kv = false;

@@ -17,7 +17,7 @@ _ALIGNS = {"top_left": False, "bottom_right": True}
 # to the even neighbour, 0). Plain float arithmetic, so that torch.compile traces the check.
 _FP32_ROUNDS_TO_ZERO = 2.0 ** -150
 # The head dims the library's backwards have (kernels/bwd_mma.cu: 32, 64, 96, 128 where built;
-# kernels/bwd_hopper.cu: 64, 128). The forwards have 192 and 256 too where the library is built for
+# kernels/bwd_hopper.cu: 32, 64, 96, 128). The forwards have 192 and 256 too where the library is built for
 # them (FA_HEAD_DIMS): a call that would need a gradient there is refused before its forward runs.
 # A head dim no kernel has at all (80, say) is the library's to refuse, as unsupported input.
 _BACKWARD_HEAD_DIMS = (32, 64, 96, 128)

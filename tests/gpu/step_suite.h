@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "harness/gpu.h"
 #include "harness/problem.h"
@@ -23,6 +24,12 @@ void expect_64bit_offsets(const StepInfo& step);
 
 // The single registered step of this executable (fails the test if there is not exactly one).
 const StepInfo& the_step();
+
+/// The head dims a step's backward has: Capabilities::backward_head_dims, or where that is empty
+/// every head dim of its forward.
+inline const std::vector<int>& backward_head_dims(const StepInfo& step) {
+  return step.caps.backward_head_dims.empty() ? step.caps.head_dims : step.caps.backward_head_dims;
+}
 
 }  // namespace fa::testing
 

@@ -5,7 +5,9 @@
 // checks each element of the shared tile at WgmmaLayout::offset(row, col): the tensor's value,
 // or zero past N. A wrong box, a wrong stride order, a missing swizzle or a wrong panel offset
 // puts values in the wrong place; an mbarrier that completed early leaves the poison in place.
-// Run twice on the same barrier, the second time with parity 1, for the phase bit.
+// Run twice on the same barrier, the second time with parity 1, for the phase bit. At D = 32 and
+// 96 the tile's last panel is half used (Part VI): its box reaches past the tensor's last column,
+// and the 32 columns past it must arrive as zeros, their bytes counted by the mbarrier like the rest.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -37,9 +39,11 @@ __global__ void tma_kernel(const __grid_constant__ Maps maps, int b, int h, int 
                            int* bad) {
   extern __shared__ uint4 smem[];
   __shared__ uint64_t full;
-  const SmemTile<kRows, WgmmaLayout<kRows, D>> tile{aligned_for_wgmma(smem)};
+  using Layout = WgmmaLayout<kRows, D>;
+  constexpr int kCols = Layout::kRowElems;  // the columns the tile holds: D, or 128 at D = 96
+  const SmemTile<kRows, Layout> tile{aligned_for_wgmma(smem)};
   const uint32_t bar = uint32_t(__cvta_generic_to_shared(&full));
-  for (int i = int(threadIdx.x); i < kRows * D; i += blockDim.x) tile.ptr[i] = __float2bfloat16(-777.0f);  // poison
+  for (int i = int(threadIdx.x); i < kRows * kCols; i += blockDim.x) tile.ptr[i] = __float2bfloat16(-777.0f);  // poison
   if (threadIdx.x == 0) {
     ptx::mbarrier_init(bar, 1);
     ptx::fence_mbarrier_init();
@@ -49,16 +53,17 @@ __global__ void tma_kernel(const __grid_constant__ Maps maps, int b, int h, int 
   for (int pass = 0; pass < 2; ++pass) {
     const int row = pass == 0 ? row0 : row1;
     if (threadIdx.x == 0) {
-      ptx::mbarrier_arrive_expect_tx(bar, kRows * D * 2);
+      ptx::mbarrier_arrive_expect_tx(bar, kRows * kCols * 2);
       load_tile_tma(tile, &maps.map, row, h, b, bar);
     }
     ptx::mbarrier_wait(bar, pass);  // the barrier's phase `pass` completes with this copy
-    for (int i = int(threadIdx.x); i < kRows * D; i += blockDim.x) {
-      const int r = i / D, c = i % D;
+    for (int i = int(threadIdx.x); i < kRows * kCols; i += blockDim.x) {
+      const int r = i / kCols, c = i % kCols;
       const float want =
-          row + r < kN ? __bfloat162float(src[b * batch_stride + h * head_stride + int64_t(row + r) * seq_stride + c])
-                       : 0.0f;
-      if (__bfloat162float(tile.ptr[WgmmaLayout<kRows, D>::offset(r, c)]) != want) atomicAdd(bad, 1);
+          row + r < kN && c < D
+              ? __bfloat162float(src[b * batch_stride + h * head_stride + int64_t(row + r) * seq_stride + c])
+              : 0.0f;
+      if (__bfloat162float(tile.ptr[Layout::offset(r, c)]) != want) atomicAdd(bad, 1);
     }
     __syncthreads();  // everyone has read this copy before the next one overwrites it
   }
@@ -77,12 +82,13 @@ void check_tma() {
   Maps maps;
   const Status made = make_tile_map(&maps.map, "src", src.get(), kB, kH, kN, D, st, kRows);
   ASSERT_TRUE(made.ok()) << made.message();
-  const int smem = kWgmmaAlignment + kRows * D * 2;
+  const int smem = kWgmmaAlignment + WgmmaLayout<kRows, D>::bytes(kRows);
   FA_CUDA_CHECK(cudaFuncSetAttribute(tma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   // Batch 1, head 2: rows 64..127 (inside), then 128..191 (22 rows past N = 150: zeros).
   tma_kernel<D><<<1, 128, smem>>>(maps, 1, 2, 64, 128, src.get(), st.seq, st.head, st.batch, bad.get());
   FA_CUDA_CHECK(cudaGetLastError());
-  EXPECT_EQ(bad.download()[0], 0) << "elements of the shared tile that are not the tensor's (or zero past N)";
+  EXPECT_EQ(bad.download()[0], 0) << "elements of the shared tile that are not the tensor's (or zero past N and "
+                                     "past the last column)";
 }
 
 TEST(Tma, BnhdTileD64IntoWgmmaLayout) {
@@ -90,6 +96,12 @@ TEST(Tma, BnhdTileD64IntoWgmmaLayout) {
 }
 TEST(Tma, BnhdTileD128IntoWgmmaLayout) {
   check_tma<128>();
+}
+TEST(Tma, BnhdTileD96IntoAHalfUsedPanel) {
+  check_tma<96>();
+}
+TEST(Tma, BnhdTileD32IntoAHalfUsedPanel) {
+  check_tma<32>();
 }
 
 // A broadcast (stride 0 over a dimension longer than 1) is refused with a message, not encoded

@@ -25,7 +25,7 @@ using testing::expect_split_matches;
 using testing::split_shape;
 
 // The head dims the decode kernel serves of those the step has (its tuner's: 64 and 128). The
-// forwards have more (Part VI's: 32, 96, 192 and 256 on kernel 100, 192 and 256 on 101, where the
+// forwards have more (Part VI's: 32, 96, 192 and 256 on kernels 100 and 101, where the
 // build compiles them); a decode
 // call at one of those runs the prefill kernel, and the decode kernel's own options are refused
 // (Decode.OtherHeadDims).

@@ -190,8 +190,8 @@ def test_generate_a_left_padded_batch():
 @torch.no_grad()
 def test_head_dims_beyond_the_lessons_in_a_model(shape):
     """Part VI's head dims in a model's inference, where the library is built for them
-    (FA_HEAD_DIMS=all): a Phi-shaped Llama (D = 96, kernel 100) and a Gemma-shaped one (D = 256,
-    kernel 101 on an H100/H200): prefill logits within bf16 eager's own error of the fp32 eager
+    (FA_HEAD_DIMS=all): a Phi-shaped Llama (D = 96) and a Gemma-shaped one (D = 256), both on kernel
+    101 on an H100/H200 and on kernel 100 elsewhere: prefill logits within bf16 eager's own error of the fp32 eager
     model, and each token `generate` picks the fp32 model's choice up to that error."""
     d = 96 if shape == "phi" else 256
     probe = torch.zeros(1, 1, 1, d, device=DEV, dtype=torch.bfloat16)

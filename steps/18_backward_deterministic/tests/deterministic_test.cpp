@@ -80,7 +80,7 @@ TEST(Backward, DeterministicModeRepeatsBitForBit) {
   // Causal bottom-right with more keys than queries, D = 64.
   expect_repeatable(make_shape(1, 4, 1, 700, 1500, 64, true, CausalAlign::bottom_right));
   // Part VI's head dims where the step's backward has them (kernel 100, FA_HEAD_DIMS=all).
-  for (int d : testing::the_step().caps.head_dims)
+  for (int d : testing::backward_head_dims(testing::the_step()))
     if (d == 32 || d == 96) expect_repeatable(make_shape(1, 2, 2, 16, 4096, d, false, CausalAlign::top_left));
 }
 
