@@ -1170,6 +1170,25 @@ def test_fp16_flash_attn_func_large_logits():
     torch.testing.assert_close(out.double(), ref.double(), atol=ATOL16, rtol=RTOL16)
 
 
+@pytest.mark.parametrize("d", [32, 96, 192, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp16_head_dims_beyond_the_lessons(d, causal):
+    """Part VI's head dims in fp16, where the library is built for them (FA_HEAD_DIMS): kernels 100 and
+    101 at all four, 32 and 96 on 101 in a half-used last panel, whose columns past the head dim must
+    come in as zeros in this type too. Ragged GQA, and N_q > N_kv bottom-right (rows with no key)."""
+    if not head_dim_built(d):
+        pytest.skip(f"the library is not built for head dim {d} (FA_HEAD_DIMS)")
+    for shape in ((2, 77, 131, 4, 2, d), (1, 300, 200, 8, 1, d)):
+        q, k, v = (t.half() for t in inputs(*shape, seed=d + 64))
+        o, lse = fp16_or_skip(q, k, v, causal=causal, causal_align="bottom_right", return_lse=True)
+        ref_o, ref_lse = reference(q, k, v, causal=causal, bottom_right=True, lse=True)
+        assert o.dtype == torch.float16
+        torch.testing.assert_close(o.double(), ref_o.double(), atol=ATOL16, rtol=RTOL16)
+        finite = torch.isfinite(ref_lse)
+        torch.testing.assert_close(lse.double()[finite], ref_lse[finite], atol=1e-3, rtol=1e-3)
+        assert torch.equal(torch.isinf(lse), ~finite)
+
+
 def test_fp16_gradient_is_refused_before_the_forward_runs():
     """The backwards are bf16 alone: a call that would need a gradient at fp16 raises at once."""
     q, k, v = (t.half() for t in inputs(1, 64, 64, 2, 2, 64, seed=62))
