@@ -65,9 +65,9 @@ struct BwdConfig {
   static constexpr int NUM_WARPS = 4 * (1 + CONSUMERS);  // the producer warpgroup first
   static constexpr int NUM_THREADS = NUM_WARPS * 32;
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
-  static constexpr int KEYS_PER_WARPGROUP = BLOCK_N / CONSUMERS;  // 64: one wgmma's M
-  static constexpr int D_PANELS = (HEAD_DIM + 63) / 64;           // dQ's 64-column blocks
-  static constexpr int Q_PANELS = BLOCK_M / 64;                   // dQ's 64-row blocks
+  static constexpr int KEYS_PER_WARPGROUP = BLOCK_N / CONSUMERS;            // 64: one wgmma's M
+  static constexpr int D_PANELS = WgmmaLayout<BLOCK_N, HEAD_DIM>::kPanels;  // dQ's 64-column blocks
+  static constexpr int Q_PANELS = BLOCK_M / 64;                             // dQ's 64-row blocks
   static_assert(D_PANELS * Q_PANELS == CONSUMERS, "one (64, 64) product of dQ per consumer");
   static constexpr int STAGES = 2;  // work items in flight: Q, dO, LSE and D of each
   // Registers per thread after setmaxnreg (step 13): the block's pool is 384 × 168; the producer
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       return;
     }
     if (lane == 0) {
-      ptx::mbarrier_arrive_expect_tx(bar(kv_full), 2 * BLOCK_N * KVLayout::kRowElems * 2);  // whole panels
+      ptx::mbarrier_arrive_expect_tx(bar(kv_full), KVLayout::bytes(2 * BLOCK_N));  // whole panels
       load_tile_tma(kv_tiles, &maps.qkv.k, n_start, int(h_kv), int(b), bar(kv_full));
       load_tile_tma(next_tile(kv_tiles, 1), &maps.qkv.v, n_start, int(h_kv), int(b), bar(kv_full));
     }
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       }
       // Each lane's arrival releases its own stores; lane 0's also announces Q's and dO's bytes.
       if (lane == 0) {
-        ptx::mbarrier_arrive_expect_tx(bar(full[stage]), 2 * BLOCK_M * QLayout::kRowElems * 2);
+        ptx::mbarrier_arrive_expect_tx(bar(full[stage]), QLayout::bytes(2 * BLOCK_M));
         load_tile_tma(next_tile(qdo_tiles, 2 * stage), &maps.qkv.q, m_start, int(h), int(b), bar(full[stage]));
         load_tile_tma(next_tile(qdo_tiles, 2 * stage + 1), &maps.d_o, m_start, int(h), int(b), bar(full[stage]));
       } else {

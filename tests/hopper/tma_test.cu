@@ -53,7 +53,7 @@ __global__ void tma_kernel(const __grid_constant__ Maps maps, int b, int h, int 
   for (int pass = 0; pass < 2; ++pass) {
     const int row = pass == 0 ? row0 : row1;
     if (threadIdx.x == 0) {
-      ptx::mbarrier_arrive_expect_tx(bar, kRows * kCols * 2);
+      ptx::mbarrier_arrive_expect_tx(bar, Layout::bytes(kRows));
       load_tile_tma(tile, &maps.map, row, h, b, bar);
     }
     ptx::mbarrier_wait(bar, pass);  // the barrier's phase `pass` completes with this copy

@@ -296,7 +296,7 @@ TEST(Backward, ScoreMods) {
 // Part VI's head dims, where the build compiles them (FA_HEAD_DIMS): kernel 100's backward has 32
 // and 96 (against the fp64 reference: ragged GQA, causal bottom-right with rows that see no key, a
 // longer causal call); where a step's forward has a head dim its backward lacks (192 and 256 on
-// kernels 100 and 101, 96 on 101), the forward runs, the backward refuses by name and writes
+// kernels 100 and 101), the forward runs, the backward refuses by name and writes
 // nothing. Each skipped, never passed, for a step without such a head dim.
 TEST(Backward, HeadDimsBeyondTheLessons) {
   FA_REQUIRE_GPU();
