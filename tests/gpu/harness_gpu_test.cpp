@@ -123,7 +123,9 @@ TEST(GpuReferenceFp16, MatchesCpuReference) {
   ReferenceData cpu = compute_reference(prob, ReferenceKind::cpu);
   ReferenceData gpu = compute_reference(prob, ReferenceKind::gpu);
   std::vector<float> o(gpu.o.begin(), gpu.o.end()), lse(gpu.lse.begin(), gpu.lse.end());
-  CompareResult ro = compare(o, cpu.o, Tolerance{1e-5, 1e-4, 1e-5});
+  // Ten times the bf16 cases' atol and rtol: at logits ~60 the fp32 reference's own error reaches
+  // 7e-5 (measured on an H100); a type read as the other is wrong by O(1).
+  CompareResult ro = compare(o, cpu.o, Tolerance{1e-4, 1e-3, 1e-5});
   CompareResult rl = compare(lse, cpu.lse, Tolerance{1e-5, 1e-5, 1e-6});
   EXPECT_TRUE(ro.ok) << to_string(s) << " O: " << ro.summary();
   EXPECT_TRUE(rl.ok) << to_string(s) << " LSE: " << rl.summary();
@@ -148,8 +150,12 @@ TEST(Generator, Fp16ProblemsHoldFp16Values) {
         for (int64_t n = 0; n < 5; ++n)
           for (int64_t d = 0; d < 64; ++d) {
             const float x = normal_at(11 * 4 + 1, uint64_t(((b * 3 + h) * 5 + n) * 64 + d));
+            // The device's normal draw may differ from the host's in its last fp32 bit, which can
+            // move the rounding by one fp16 step: an fp16 value within one step of the host's.
             const float expect = __half2float(__float2half_rn(x));
-            wrong += q[size_t(b * p.q_stride.batch + h * p.q_stride.head + n * p.q_stride.seq + d)] != expect;
+            const float got = q[size_t(b * p.q_stride.batch + h * p.q_stride.head + n * p.q_stride.seq + d)];
+            const float step = std::ldexp(1.0f, std::ilogb(expect) - 10);  // fp16's spacing at expect
+            wrong += __half2float(__float2half_rn(got)) != got || std::fabs(got - expect) > step;
             unlike_bf16 += expect != __bfloat162float(__float2bfloat16_rn(x));
           }
     EXPECT_EQ(wrong, 0);
