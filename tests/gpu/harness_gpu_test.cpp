@@ -150,12 +150,14 @@ TEST(Generator, Fp16ProblemsHoldFp16Values) {
         for (int64_t n = 0; n < 5; ++n)
           for (int64_t d = 0; d < 64; ++d) {
             const float x = normal_at(11 * 4 + 1, uint64_t(((b * 3 + h) * 5 + n) * 64 + d));
-            // The device's normal draw may differ from the host's in its last fp32 bit, which can
-            // move the rounding by one fp16 step: an fp16 value within one step of the host's.
+            // The device's normal draw (fast sine and logarithm) is off from the host's by up to
+            // ~1e-5 absolute (measured on an H100: -0.0053902 for the host's -0.0053813), more than
+            // fp16's step near zero: an fp16 value, within 2e-5 and one step of the host's rounding.
             const float expect = __half2float(__float2half_rn(x));
             const float got = q[size_t(b * p.q_stride.batch + h * p.q_stride.head + n * p.q_stride.seq + d)];
             const float step = std::ldexp(1.0f, std::ilogb(expect) - 10);  // fp16's spacing at expect
-            wrong += __half2float(__float2half_rn(got)) != got || std::fabs(got - expect) > step;
+            const bool bad = __half2float(__float2half_rn(got)) != got || std::fabs(got - expect) > 2e-5f + step;
+            if (bad && wrong++ < 4) ADD_FAILURE() << "element " << d << ": " << got << " for " << expect << " (x " << x << ")";
             unlike_bf16 += expect != __bfloat162float(__float2bfloat16_rn(x));
           }
     EXPECT_EQ(wrong, 0);
