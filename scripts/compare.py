@@ -377,8 +377,9 @@ def run_gpu(args, fa2, plan, argv):
                 if s["run"]:
                     got, bench = run_bench(fa2, s["run"], s, plan["timing"], "", names, meta)
                     rows, raw = rows + got, raw + [dict(b, family=s["family"]) for b in bench]
-            for tag, path, steps in baselines:
-                rows += run_bench(path, steps, s, plan["timing"], tag, names, meta)[0]
+            for tag, path, steps in baselines:  # in the directions asked, as this build's steps
+                for d in (args.direction or "fwd").split(","):
+                    rows += run_bench(path, steps, s, plan["timing"], tag, names, meta, bwd=d == "bwd")[0]
             if s.get("run") or "fwd" in (args.direction or "fwd"):
                 rows += T.measure(si, s, skip, triton, package, meta)
             if "bwd" in (args.direction or ""):
