@@ -291,10 +291,9 @@ void print_plan_json(const Plan& plan, const std::vector<Point>& points) {
   };
   std::ostringstream os;
   os << "{\n  \"commit\": " << json_string(commit_id()) << ",\n  \"dtype\": " << json_string(dtype_name(plan.dtype))
-     << ",\n  \"tolerance\": {\"o\": " << tol(output_tolerance(plan.dtype))
-     << ", \"lse\": " << tol(lse_tolerance()) << "},\n  \"timing\": {\"warmup\": " << plan.timing.warmup
-     << ", \"iters\": " << plan.timing.iters << ", \"repeats\": " << plan.repeats
-     << ", \"flush_l2\": " << (plan.timing.flush_l2 ? "true" : "false")
+     << ",\n  \"tolerance\": {\"o\": " << tol(output_tolerance(plan.dtype)) << ", \"lse\": " << tol(lse_tolerance())
+     << "},\n  \"timing\": {\"warmup\": " << plan.timing.warmup << ", \"iters\": " << plan.timing.iters
+     << ", \"repeats\": " << plan.repeats << ", \"flush_l2\": " << (plan.timing.flush_l2 ? "true" : "false")
      << ", \"point_budget_ms\": " << num(plan.point_budget_ms) << ", \"max_ms_per_point\": " << num(plan.max_ms)
      << ", \"slow_max_n\": " << plan.slow_max_n << ", \"slow_steps\": [";
   for (size_t i = 0; i < plan.slow_steps.size(); ++i) os << (i ? ", " : "") << plan.slow_steps[i];
@@ -484,13 +483,13 @@ void write_csv(const std::string& path, const Plan& plan, const std::vector<Poin
       const Timing* t = rep < p.times.size() ? &p.times[rep] : nullptr;
       auto opt = [](bool have, double v) { return have ? num(v) : std::string(); };
       csv << p.step->number << ',' << s.batch << ',' << s.heads << ',' << s.heads << ',' << s.seqlen << ',' << s.seqlen
-          << ',' << s.head_dim << ',' << (s.causal ? 1 : 0) << ',' << dtype_name(plan.dtype) << ',' << opt(t, t ? t->median_ms : 0) << ','
-          << opt(t, t ? p.flops / (t->median_ms * 1e-3) / 1e12 : 0) << ',' << gpu << ',' << clock << ',' << commit
-          << ',' << csv_field(p.config) << ',' << rep << ',' << opt(t, t ? t->min_ms : 0) << ','
-          << opt(t, t ? t->max_ms : 0) << ',' << (t ? std::to_string(p.timing.iters) : "") << ','
-          << opt(p.max_abs_err >= 0, p.max_abs_err) << ',' << s.family << ',' << p.step->name << ','
-          << opt(p.rel_err >= 0, p.rel_err) << ',' << p.status << ',' << csv_field(p.note) << ','
-          << (p.backward ? "bwd" : "fwd") << '\n';
+          << ',' << s.head_dim << ',' << (s.causal ? 1 : 0) << ',' << dtype_name(plan.dtype) << ','
+          << opt(t, t ? t->median_ms : 0) << ',' << opt(t, t ? p.flops / (t->median_ms * 1e-3) / 1e12 : 0) << ',' << gpu
+          << ',' << clock << ',' << commit << ',' << csv_field(p.config) << ',' << rep << ','
+          << opt(t, t ? t->min_ms : 0) << ',' << opt(t, t ? t->max_ms : 0) << ','
+          << (t ? std::to_string(p.timing.iters) : "") << ',' << opt(p.max_abs_err >= 0, p.max_abs_err) << ','
+          << s.family << ',' << p.step->name << ',' << opt(p.rel_err >= 0, p.rel_err) << ',' << p.status << ','
+          << csv_field(p.note) << ',' << (p.backward ? "bwd" : "fwd") << '\n';
     }
   }
 }
@@ -512,8 +511,8 @@ void print_table(const Plan& plan, const std::vector<Point>& points) {
     std::printf(
         "\nfa2 bench — %s — commit %s — %s, median of %d runs (fewer above a %.0f ms budget), L2 %s, %d "
         "repeats\n\n",
-        gpu_description().c_str(), commit_id().c_str(), dtype_name(plan.dtype).c_str(), plan.timing.iters, plan.point_budget_ms,
-        plan.timing.flush_l2 ? "flushed" : "not flushed", plan.repeats);
+        gpu_description().c_str(), commit_id().c_str(), dtype_name(plan.dtype).c_str(), plan.timing.iters,
+        plan.point_budget_ms, plan.timing.flush_l2 ? "flushed" : "not flushed", plan.repeats);
   std::printf(
       "| step |%s shape | max err | rel err | ms (per repeat) | TFLOP/s | spread | × previous | check | config |\n",
       plan.ladder ? " lesson |" : "");

@@ -157,7 +157,8 @@ TEST(Generator, Fp16ProblemsHoldFp16Values) {
             const float got = q[size_t(b * p.q_stride.batch + h * p.q_stride.head + n * p.q_stride.seq + d)];
             const float step = std::ldexp(1.0f, std::ilogb(expect) - 10);  // fp16's spacing at expect
             const bool bad = __half2float(__float2half_rn(got)) != got || std::fabs(got - expect) > 2e-5f + step;
-            if (bad && wrong++ < 4) ADD_FAILURE() << "element " << d << ": " << got << " for " << expect << " (x " << x << ")";
+            if (bad && wrong++ < 4)
+              ADD_FAILURE() << "element " << d << ": " << got << " for " << expect << " (x " << x << ")";
             unlike_bf16 += expect != __bfloat162float(__float2bfloat16_rn(x));
           }
     EXPECT_EQ(wrong, 0);
