@@ -639,6 +639,7 @@ const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
 }  // namespace
 
 bool accepts(const AttentionParams& p, bool prefill_varlen) {
+  if (p.dtype != DType::bf16) return false;  // its one type (dtypes()): fp16 runs the caller's kernels
   if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0 || !head_dim_built(int(p.head_dim))) return false;
   if (p.head_dim != 64 && p.head_dim != 128) return false;
   const int64_t rows = p.seqlen_q * (p.heads_q / p.heads_kv);
@@ -656,10 +657,12 @@ bool accepts(const AttentionParams& p, bool prefill_varlen) {
 Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool prefill_varlen) {
   *taken = accepts(p, prefill_varlen);
   if (*taken) return forward(p, stream);
-  // What keeps the decode kernel from the call, for the refusals below: its head dims (64 and 128;
-  // the forwards have more, Part VI's), else the call's query rows. Built only for a refusal: every
-  // prefill call passes through here.
+  // What keeps the decode kernel from the call, for the refusals below: its element type (bf16; the
+  // forwards may have fp16), its head dims (64 and 128; the forwards have more, Part VI's), else the
+  // call's query rows. Built only for a refusal: every prefill call passes through here.
   auto why = [&p] {
+    if (p.dtype != DType::bf16)
+      return "the decode kernel's, which is built for bf16 only; this call is " + dtype_name(p.dtype);
     if (p.head_dim != 64 && p.head_dim != 128)
       return "the decode kernel's, which has head dims 64 and 128; this call has head dim " +
              std::to_string(p.head_dim);
@@ -672,8 +675,8 @@ Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool pr
   if (p.cu_seqlens_q != nullptr && !prefill_varlen)  // only this kernel reads the offsets, not the prefill kernel
     return Status::Unsupported(
         "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 64 "
-        "and 128; this call has head dim " +
-        std::to_string(p.head_dim));
+        "and 128 in bf16; this call has head dim " +
+        std::to_string(p.head_dim) + " in " + dtype_name(p.dtype));
   if (p.seqlens_kv != nullptr || p.block_table != nullptr)
     return Status::Unsupported(std::string(p.block_table != nullptr ? "a paged KV cache (block_table)"
                                                                     : "a length per sequence (seqlens_kv)") +
