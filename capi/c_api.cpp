@@ -79,7 +79,10 @@ std::string convert(const fa_attention_params* given, fa::AttentionParams& p) {
   std::memset(&copy, 0, sizeof copy);
   std::memcpy(&copy, given, std::min(given->struct_size, sizeof copy));
   const fa_attention_params* c = &copy;
-  if (c->dtype != FA_DTYPE_BF16) return "unknown dtype " + std::to_string(c->dtype) + "; supported: 0 (bf16)";
+  // An element type the C interface knows; whether the step is compiled for it is fa::validate's
+  // question (its Capabilities::dtypes), answered as a refusal that names what it takes.
+  if (c->dtype != FA_DTYPE_BF16 && c->dtype != FA_DTYPE_FP16)
+    return "unknown dtype " + std::to_string(c->dtype) + "; known: 0 (bf16), 1 (fp16)";
   if (c->causal_align != FA_CAUSAL_TOP_LEFT && c->causal_align != FA_CAUSAL_BOTTOM_RIGHT)
     return "unknown causal_align " + std::to_string(c->causal_align) + "; supported: 0 (top-left), 1 (bottom-right)";
   p.q = c->q;
@@ -101,7 +104,7 @@ std::string convert(const fa_attention_params* given, fa::AttentionParams& p) {
   p.causal = c->causal != 0;
   p.causal_align =
       c->causal_align == FA_CAUSAL_BOTTOM_RIGHT ? fa::CausalAlign::bottom_right : fa::CausalAlign::top_left;
-  p.dtype = fa::DType::bf16;
+  p.dtype = c->dtype == FA_DTYPE_FP16 ? fa::DType::fp16 : fa::DType::bf16;
   if (c->reserved_flags != 0)
     return "reserved_flags is " + std::to_string(c->reserved_flags) + "; it must be zero (zero-fill the struct)";
   p.workspace = c->workspace;

@@ -1,5 +1,8 @@
 // Shared-memory tiles of the tensor-core steps: how a (ROWS, COLS) bf16 tile is laid out in shared
-// memory, and how a block fills one from global memory.
+// memory, and how a block fills one from global memory. A tile's element type is part of its type
+// (SmemTile's Elem: bf16 unless asked, fp16 for the production forwards' fp16 kernels), so that the
+// products that read it (device/warp_tile.h) pick their instruction from the tile; layouts and
+// copies are in bytes of 16-bit elements and the same for both.
 //
 // A layout answers two questions for the warp-tile operations (device/warp_tile.h):
 //   offset(row, col)            element offset of (row, col) from the tile's start
@@ -47,6 +50,7 @@
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #endif
 
 namespace fa::tile {
@@ -142,9 +146,9 @@ constexpr bool kPlanFits = !Layout::kSwizzled || Plan::kRowsPerPass % 8 == 0;
 
 /// The shared address (or offset) of the chunk a thread copies in pass `pass`, its row `row`: a
 /// constant step from its first pass's (`first`) where the plan fits the layout. Else (a swizzled
-/// tile copied 4 or 2 rows a pass: 256-column rows over 128 threads, the decode kernel's at D = 192
-/// and 256) the swizzle repeats every 8 / kRowsPerPass passes: `base` plus the offset of the
-/// thread's row in the first passes of that period, stepped by 8 rows.
+/// tile copied 4 or 2 rows a pass: 256-column rows over 128 threads, the decode kernel's at D = 192)
+/// the swizzle repeats every 8 / kRowsPerPass passes: `base` plus the offset of the thread's row in
+/// the first passes of that period, stepped by 8 rows.
 template <typename Layout, typename Plan>
 FA_HD uint32_t pass_offset(uint32_t first, uint32_t base, int pass, int row, int col) {
   if constexpr (kPlanFits<Layout, Plan>) {
@@ -165,28 +169,32 @@ constexpr int kWgmmaAlignment = 1024;
 #if defined(__CUDACC__)
 
 using bf16 = __nv_bfloat16;
+using fp16 = __half;
 
-/// The first 1024-byte boundary at or after `smem` (dynamic shared memory is only 16-byte aligned).
-__device__ __forceinline__ bf16* aligned_for_wgmma(void* smem) {
+/// The first 1024-byte boundary at or after `smem` (dynamic shared memory is only 16-byte aligned),
+/// as a pointer to Elem.
+template <typename Elem = bf16>
+__device__ __forceinline__ Elem* aligned_for_wgmma(void* smem) {
   const uint32_t addr = uint32_t(__cvta_generic_to_shared(smem));
-  return reinterpret_cast<bf16*>(static_cast<char*>(smem) +
+  return reinterpret_cast<Elem*>(static_cast<char*>(smem) +
                                  (kWgmmaAlignment - addr % kWgmmaAlignment) % kWgmmaAlignment);
 }
 
-/// A (ROWS, Layout::kCols) bf16 tile in shared memory: a pointer to its element (0, 0) and the
-/// layout the warp-tile operations address it with.
-template <int ROWS, typename Layout>
+/// A (ROWS, Layout::kCols) tile of Elem (bf16 or fp16) in shared memory: a pointer to its element
+/// (0, 0) and the layout the warp-tile operations address it with.
+template <int ROWS, typename Layout, typename Elem = bf16>
 struct SmemTile {
   static constexpr int kRows = ROWS;
   using layout = Layout;
-  bf16* ptr;
+  using elem = Elem;
+  Elem* ptr;
   __device__ __forceinline__ uint32_t addr() const { return static_cast<uint32_t>(__cvta_generic_to_shared(ptr)); }
 };
 
 /// The tile `index` tiles of this shape after `t` (ring buffers, K and V side by side).
 /// A WgmmaLayout tile holds ROWS · kRowElems elements too (whole panels), so the arithmetic is the same.
-template <int ROWS, typename Layout>
-__device__ __forceinline__ SmemTile<ROWS, Layout> next_tile(SmemTile<ROWS, Layout> t, int index) {
+template <int ROWS, typename Layout, typename Elem>
+__device__ __forceinline__ SmemTile<ROWS, Layout, Elem> next_tile(SmemTile<ROWS, Layout, Elem> t, int index) {
   return {t.ptr + index * ROWS * Layout::kRowElems};
 }
 
@@ -195,31 +203,33 @@ __device__ __forceinline__ SmemTile<ROWS, Layout> next_tile(SmemTile<ROWS, Layou
 /// backward's K, V and dSᵀ), it stops the compiler from hoisting every wgmma descriptor of a
 /// product (D / 16 of them, 64 bits each) out of the loop into registers the accumulators need
 /// (step 24: 136 bytes of spill without it).
-template <int ROWS, typename Layout>
-__device__ __forceinline__ SmemTile<ROWS, Layout> opaque(SmemTile<ROWS, Layout> t) {
+template <int ROWS, typename Layout, typename Elem>
+__device__ __forceinline__ SmemTile<ROWS, Layout, Elem> opaque(SmemTile<ROWS, Layout, Elem> t) {
   asm volatile("" : "+l"(t.ptr));
   return t;
 }
 
 /// Rows [SUB·index, SUB·index + SUB) of a tile, as a tile of their own (SUB a multiple of 8, so the
 /// swizzle's row pattern, r % 8, is the same in the view: a plain pointer offset).
-template <int SUB, int ROWS, typename Layout>
-__device__ __forceinline__ SmemTile<SUB, Layout> row_block(SmemTile<ROWS, Layout> t, int index) {
+template <int SUB, int ROWS, typename Layout, typename Elem>
+__device__ __forceinline__ SmemTile<SUB, Layout, Elem> row_block(SmemTile<ROWS, Layout, Elem> t, int index) {
   static_assert(SUB % 8 == 0 && ROWS % SUB == 0, "whole 8-row groups of the tile");
   static_assert(Layout::kRowPitch == Layout::kRowElems, "rows one after another (not a panelled layout)");
   return {t.ptr + index * SUB * Layout::kRowElems};
 }
 
-/// Fills `tile` with rows [0, ROWS) of a bf16 matrix at `src` (rows `stride` elements apart),
-/// through registers: 16-byte global loads, then 16-byte shared stores. Rows >= valid_rows are
-/// written as zeros and not read. The caller synchronises the block before the tile is read.
-template <int NUM_THREADS, int ROWS, typename Layout>
-__device__ __forceinline__ void load_tile(SmemTile<ROWS, Layout> tile, const bf16* src, int64_t stride,
-                                          int valid_rows) {
+/// Fills `tile` with rows [0, ROWS) of a matrix of the tile's element type at `src` (rows `stride`
+/// elements apart), through registers: 16-byte global loads, then 16-byte shared stores. Rows >=
+/// valid_rows are written as zeros and not read. The caller synchronises the block before the tile
+/// is read. (Elem comes from the tile alone: `src` converts to it, so a caller's pointer type never
+/// picks another instantiation.)
+template <int NUM_THREADS, int ROWS, typename Layout, typename Elem>
+__device__ __forceinline__ void load_tile(SmemTile<ROWS, Layout, Elem> tile, const std::type_identity_t<Elem>* src,
+                                          int64_t stride, int valid_rows) {
   using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
   static_assert(kPlanFits<Layout, Plan>, "a swizzled tile needs whole groups of 8 rows a pass");
   const int row0 = int(threadIdx.x) / Plan::kChunks, col = (int(threadIdx.x) % Plan::kChunks) * 8;
-  bf16* dst0 = tile.ptr + Layout::offset(row0, col);
+  Elem* dst0 = tile.ptr + Layout::offset(row0, col);
   uint4 chunk[Plan::kPasses];  // all loads first, then all stores: the loads overlap each other
 #pragma unroll
   for (int pass = 0; pass < Plan::kPasses; ++pass) {
@@ -239,9 +249,9 @@ __device__ __forceinline__ void load_tile(SmemTile<ROWS, Layout> tile, const bf1
 /// COLS < Layout::kCols: the rows in memory are COLS elements (the decode kernel's D = 32, 96 and
 /// 192 in tiles of 64, 128 and 256 columns); the tile's columns past them are not written, and its
 /// readers never read them.
-template <int NUM_THREADS, int ROWS, typename Layout, int COLS = Layout::kCols>
-__device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, const bf16* src, int64_t stride,
-                                                int valid_rows) {
+template <int NUM_THREADS, int ROWS, typename Layout, typename Elem, int COLS = Layout::kCols>
+__device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout, Elem> tile,
+                                                const std::type_identity_t<Elem>* src, int64_t stride, int valid_rows) {
   using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
   static_assert(COLS <= Layout::kCols && COLS % 8 == 0, "whole 16-byte chunks of the tile's rows");
   // Many passes (16 at 256 columns over 128 threads): the stride opaque from here, so that the
@@ -253,7 +263,7 @@ __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, con
   for (int pass = 0; pass < Plan::kPasses; ++pass) {
     const int row = row0 + pass * Plan::kRowsPerPass;
     const bool valid = row < valid_rows;
-    const bf16* g = src + (valid ? row * stride + col : 0);
+    const Elem* g = src + (valid ? row * stride + col : 0);
     if (Plan::copies(int(threadIdx.x), row) && (COLS == Layout::kCols || col < COLS))
       ptx::cp_async_16(pass_offset<Layout, Plan>(smem0, tile.addr(), pass, row, col), g, valid);
   }
@@ -262,10 +272,11 @@ __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout> tile, con
 /// load_tile_async with each row from its own address: row_src(row) is where row `row` starts
 /// (step 28's packed rows come from several heads). Rows >= valid_rows arrive as zeros, unread.
 /// (load_tile_async is not written as a call of this: with a stride functor the compiler schedules
-/// it differently, and every step from 04 on would change its instructions.)
-/// (COLS as load_tile_async's.)
-template <int NUM_THREADS, int ROWS, typename Layout, int COLS = Layout::kCols, typename RowSrc>
-__device__ __forceinline__ void load_rows_async(SmemTile<ROWS, Layout> tile, const RowSrc& row_src, int valid_rows) {
+/// it differently, and every step from 04 on would change its instructions.) (COLS as
+/// load_tile_async's.)
+template <int NUM_THREADS, int ROWS, typename Layout, typename Elem, int COLS = Layout::kCols, typename RowSrc>
+__device__ __forceinline__ void load_rows_async(SmemTile<ROWS, Layout, Elem> tile, const RowSrc& row_src,
+                                                int valid_rows) {
   using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
   static_assert(Plan::kActive == NUM_THREADS && !Plan::kRagged, "every thread a chunk of whole rows in every pass");
   static_assert(COLS <= Layout::kCols && COLS % 8 == 0, "whole 16-byte chunks of the tile's rows");
@@ -286,9 +297,9 @@ __device__ __forceinline__ void load_rows_async(SmemTile<ROWS, Layout> tile, con
 /// box per 64-column panel, all completing on the mbarrier at `bar`, which must expect
 /// ROWS · kRowElems · 2 bytes (a box's columns past the tensor's arrive as zeros and count). Called
 /// by one thread.
-template <int ROWS, int COLS>
-__device__ __forceinline__ void load_tile_tma(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>> tile, const void* map, int row,
-                                              int head, int batch, uint32_t bar) {
+template <int ROWS, int COLS, typename Elem>
+__device__ __forceinline__ void load_tile_tma(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>, Elem> tile, const void* map,
+                                              int row, int head, int batch, uint32_t bar) {
 #pragma unroll
   for (int panel = 0; panel < WgmmaLayout<ROWS, COLS>::kPanels; ++panel)
     ptx::tma_load_4d(tile.addr() + panel * ROWS * 128, map, panel * 64, row, head, batch, bar);
@@ -299,8 +310,8 @@ __device__ __forceinline__ void load_tile_tma(SmemTile<ROWS, WgmmaLayout<ROWS, C
 /// bytes of a panel, so a row's bytes are the same 128 whatever the swizzle: no offsets to undo.
 /// A TMA tile's rows that its tensor map did not clip (a packed sequence's neighbour) are cleared
 /// this way; the caller fences for the async proxy and meets the other writers before wgmma reads.
-template <int ROWS, int COLS>
-__device__ __forceinline__ void zero_rows(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>> tile, int first_row, int thread,
+template <int ROWS, int COLS, typename Elem>
+__device__ __forceinline__ void zero_rows(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>, Elem> tile, int first_row, int thread,
                                           int threads) {
   constexpr unsigned kChunks = ROWS * WgmmaLayout<ROWS, COLS>::kPanels * 8;  // 16-byte chunks: 8 per row of each panel
   // Opaque from here: the index arithmetic stays inside the caller's rare branch instead of being
@@ -317,9 +328,10 @@ __device__ __forceinline__ void zero_rows(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>
 /// bytes at a time by `threads` threads (this one is `thread` of them): what a TMA store of the
 /// tile would write, had its tensor map ended after `rows` rows. The caller has met the tile's
 /// writers at a barrier; the tile may be written again once every copier has met the next one.
-template <int ROWS, int COLS>
-__device__ __forceinline__ void store_tile_rows(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>> tile, bf16* dst,
-                                                int64_t row_stride, int rows, int thread, int threads) {
+template <int ROWS, int COLS, typename Elem>
+__device__ __forceinline__ void store_tile_rows(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>, Elem> tile,
+                                                std::type_identity_t<Elem>* dst, int64_t row_stride, int rows,
+                                                int thread, int threads) {
   constexpr int kRowChunks = COLS / 8;  // 16-byte chunks per row
   for (int c = thread; c < rows * kRowChunks; c += threads) {
     const int row = c / kRowChunks, col = c % kRowChunks * 8;
@@ -333,9 +345,9 @@ __device__ __forceinline__ void store_tile_rows(SmemTile<ROWS, WgmmaLayout<ROWS,
 /// past the tensor's N are not written. Called by one thread, after every thread that wrote
 /// the tile has fenced (ptx::fence_proxy_async_shared) and met it at a barrier; the caller
 /// commits the stores into a group and waits on it before the tile is written again.
-template <int ROWS, int COLS>
-__device__ __forceinline__ void store_tile_tma(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>> tile, const void* map, int row,
-                                               int head, int batch) {
+template <int ROWS, int COLS, typename Elem>
+__device__ __forceinline__ void store_tile_tma(SmemTile<ROWS, WgmmaLayout<ROWS, COLS>, Elem> tile, const void* map,
+                                               int row, int head, int batch) {
 #pragma unroll
   for (int panel = 0; panel < WgmmaLayout<ROWS, COLS>::kPanels; ++panel)  // columns past the tensor's: clipped
     ptx::tma_store_4d(map, panel * 64, row, head, batch, tile.addr() + panel * ROWS * 128);

@@ -8,6 +8,10 @@
 //   rescale(o_i, alpha);                              O ← α·O
 //   mma_pv(o_i, to_bf16(p), v_tile);                  O += P·V             (16, HEAD_DIM) fp32
 //
+// The products take their element type from the shared tiles they read (SmemTile's Elem: bf16, or
+// fp16 in the production forwards' fp16 kernels), and P is rounded to the same type (to_a<Elem>;
+// to_bf16 is to_a<bf16>): the instructions are mma.sync's .bf16 or .f16 form, everything else alike.
+//
 // Every operation is a loop over mma fragments, fully unrolled: it compiles to exactly the
 // instructions the hand-written fragment code would (the steps' SASS checks count them), and it
 // is tested on the GPU against a CPU model of the fragment layout (steps/04_fp32_state/tests).
@@ -61,7 +65,8 @@ struct Acc {
   float c[COLS / 8][4];
 };
 
-/// A (16, K) bf16 tile of one warp as K / 16 mma A-operand fragments: Q, and P for P·V.
+/// A (16, K) 16-bit tile of one warp as K / 16 mma A-operand fragments: Q, and P for P·V. The
+/// registers hold bf16 or fp16 pairs; which is the product's to know (its shared operand's Elem).
 template <int K>
 struct FragA {
   static_assert(K % 16 == 0, "whole 16-column blocks");
@@ -96,8 +101,8 @@ __device__ __forceinline__ Acc<COLS> zeros() {
 }
 
 /// Rows [row0, row0 + 16) of a shared tile as A fragments (ldmatrix x4 per 16 columns): Q.
-template <int K, int ROWS, typename Layout>
-__device__ __forceinline__ FragA<K> load_a(SmemTile<ROWS, Layout> tile, int row0) {
+template <int K, int ROWS, typename Layout, typename Elem>
+__device__ __forceinline__ FragA<K> load_a(SmemTile<ROWS, Layout, Elem> tile, int row0) {
   static_assert(Layout::kCols == K, "the tile's width is the operand's K");
   const int lane = lane_id();
   const unsigned lane_bytes = 2 * Layout::offset(row0 + ptx::ldsm_a_row(lane), ptx::ldsm_a_colblock(lane) * 8);
@@ -110,8 +115,8 @@ __device__ __forceinline__ FragA<K> load_a(SmemTile<ROWS, Layout> tile, int row0
 /// S = Q·Kᵀ: (16, D) Q fragments times the (N, D) key tile, transposed: a (16, N) fp32 tile.
 /// Per 16 dims, the B fragments of all N keys are loaded (ldmatrix, no .trans: K's rows are
 /// already the "col" operand) before the 2·N/16 mmas that use them.
-template <int D, int N, typename Layout>
-__device__ __forceinline__ Acc<N> mma_qk(const FragA<D>& q, SmemTile<N, Layout> k_tile) {
+template <int D, int N, typename Layout, typename Elem>
+__device__ __forceinline__ Acc<N> mma_qk(const FragA<D>& q, SmemTile<N, Layout, Elem> k_tile) {
   static_assert(Layout::kCols == D, "keys are rows of D elements");
   const int lane = lane_id();
   const unsigned lane_bytes = 2 * Layout::offset(ptx::ldsm_k_row(lane), ptx::ldsm_k_colblock(lane) * 8);
@@ -123,8 +128,8 @@ __device__ __forceinline__ Acc<N> mma_qk(const FragA<D>& q, SmemTile<N, Layout> 
     for (int nn = 0; nn < N / 16; ++nn) ptx::ldmatrix_x4(k_frag[nn], k_tile.addr() + Layout::move(lane_bytes, nn, kk));
 #pragma unroll
     for (int nn = 0; nn < N / 16; ++nn) {
-      ptx::mma_bf16_16816(s.c[2 * nn], q.a[kk], k_frag[nn][0], k_frag[nn][1]);
-      ptx::mma_bf16_16816(s.c[2 * nn + 1], q.a[kk], k_frag[nn][2], k_frag[nn][3]);
+      ptx::mma_16816<Elem>(s.c[2 * nn], q.a[kk], k_frag[nn][0], k_frag[nn][1]);
+      ptx::mma_16816<Elem>(s.c[2 * nn + 1], q.a[kk], k_frag[nn][2], k_frag[nn][3]);
     }
   }
   return s;
@@ -134,8 +139,9 @@ __device__ __forceinline__ Acc<N> mma_qk(const FragA<D>& q, SmemTile<N, Layout> 
 /// accumulates into a (16, D) fp32 tile. V is read with ldmatrix.trans (P·V needs it dim-major; it
 /// is stored key-major), and each V fragment is loaded once and feeds M·2 mmas. mma_pv is M = 1;
 /// mma_pv_tiles (step 09 on) gives a warp's two row tiles one call.
-template <int M, int D, int N, typename Layout>
-__device__ __forceinline__ void mma_pv_rows(Acc<D>* o, const FragA<N>* p, SmemTile<N, Layout> v_tile, int c0 = 0) {
+template <int M, int D, int N, typename Layout, typename Elem>
+__device__ __forceinline__ void mma_pv_rows(Acc<D>* o, const FragA<N>* p, SmemTile<N, Layout, Elem> v_tile,
+                                            int c0 = 0) {
   // D of V's columns from column c0 (a multiple of 16): all of them but in the backward's dQ = dS·K,
   // which splits them over warps (device/backward_tile.h's mma_pv_cols).
   static_assert(D % 16 == 0 && D <= Layout::kCols, "whole 16-column blocks of V");
@@ -149,28 +155,36 @@ __device__ __forceinline__ void mma_pv_rows(Acc<D>* o, const FragA<N>* p, SmemTi
       ptx::ldmatrix_x4_trans(v_frag, v_tile.addr() + Layout::move(lane_bytes, kk, c0 / 16 + dd));
 #pragma unroll
       for (int t = 0; t < M; ++t) {
-        ptx::mma_bf16_16816(o[t].c[2 * dd], p[t].a[kk], v_frag[0], v_frag[1]);
-        ptx::mma_bf16_16816(o[t].c[2 * dd + 1], p[t].a[kk], v_frag[2], v_frag[3]);
+        ptx::mma_16816<Elem>(o[t].c[2 * dd], p[t].a[kk], v_frag[0], v_frag[1]);
+        ptx::mma_16816<Elem>(o[t].c[2 * dd + 1], p[t].a[kk], v_frag[2], v_frag[3]);
       }
     }
   }
 }
 
 /// O += P·V for one warp's 16 rows.
-template <int D, int N, typename Layout>
-__device__ __forceinline__ void mma_pv(Acc<D>& o, const FragA<N>& p, SmemTile<N, Layout> v_tile) {
+template <int D, int N, typename Layout, typename Elem>
+__device__ __forceinline__ void mma_pv(Acc<D>& o, const FragA<N>& p, SmemTile<N, Layout, Elem> v_tile) {
   static_assert(Layout::kCols == D, "values are rows of D elements");
   mma_pv_rows<1>(&o, &p, v_tile);
 }
 
-/// An fp32 accumulator tile rounded to bf16 A fragments, in registers: two adjacent 16×8
-/// accumulator fragments hold exactly one 16×16 A fragment's elements (device/ptx/mma.h).
-template <int N>
-__device__ __forceinline__ FragA<N> to_bf16(const Acc<N>& p) {
+/// An fp32 accumulator tile rounded to A fragments of Elem (bf16 or fp16), in registers: two
+/// adjacent 16×8 accumulator fragments hold exactly one 16×16 A fragment's elements
+/// (device/ptx/mma.h). P must be rounded to the type of the V it multiplies: the instruction reads
+/// both operands as one type.
+template <typename Elem, int N>
+__device__ __forceinline__ FragA<N> to_a(const Acc<N>& p) {
   FragA<N> a;
 #pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk) ptx::accumulators_to_a(a.a[kk], p.c[2 * kk], p.c[2 * kk + 1]);
+  for (int kk = 0; kk < N / 16; ++kk) ptx::accumulators_to_a<Elem>(a.a[kk], p.c[2 * kk], p.c[2 * kk + 1]);
   return a;
+}
+
+/// to_a in bf16, the lessons' one type.
+template <int N>
+__device__ __forceinline__ FragA<N> to_bf16(const Acc<N>& p) {
+  return to_a<bf16>(p);
 }
 
 /// S_t = Q_t·Kᵀ for the M row tiles t of a warp (step 09 on): tile t is rows
@@ -178,9 +192,9 @@ __device__ __forceinline__ FragA<N> to_bf16(const Acc<N>& p) {
 /// tiles (ldmatrix from shared memory: Q is not kept in registers) and the B fragments of all N
 /// keys are loaded once, then each K fragment feeds M·2 mmas instead of 2. D < the tiles' columns:
 /// the products over the first D (the decode kernel's D = 32, 96, 192 in wider tiles).
-template <int M, int N, int QROWS, typename QLayout, typename KLayout, int D = KLayout::kCols>
-__device__ __forceinline__ void mma_qk_tiles(Acc<N> (&s)[M], SmemTile<QROWS, QLayout> q_tile, int row0,
-                                             SmemTile<N, KLayout> k_tile) {
+template <int M, int N, int QROWS, typename QLayout, typename KLayout, typename Elem, int D = KLayout::kCols>
+__device__ __forceinline__ void mma_qk_tiles(Acc<N> (&s)[M], SmemTile<QROWS, QLayout, Elem> q_tile, int row0,
+                                             SmemTile<N, KLayout, Elem> k_tile) {
   static_assert(QLayout::kCols == KLayout::kCols && D <= KLayout::kCols && D % 16 == 0,
                 "queries and keys are rows of the same tile width, D of them multiplied");
   const int lane = lane_id();
@@ -200,15 +214,15 @@ __device__ __forceinline__ void mma_qk_tiles(Acc<N> (&s)[M], SmemTile<QROWS, QLa
     for (int nn = 0; nn < N / 16; ++nn)
 #pragma unroll
       for (int t = 0; t < M; ++t) {
-        ptx::mma_bf16_16816(s[t].c[2 * nn], q_frag[t], k_frag[nn][0], k_frag[nn][1]);
-        ptx::mma_bf16_16816(s[t].c[2 * nn + 1], q_frag[t], k_frag[nn][2], k_frag[nn][3]);
+        ptx::mma_16816<Elem>(s[t].c[2 * nn], q_frag[t], k_frag[nn][0], k_frag[nn][1]);
+        ptx::mma_16816<Elem>(s[t].c[2 * nn + 1], q_frag[t], k_frag[nn][2], k_frag[nn][3]);
       }
   }
 }
 
 /// O_t += P_t·V for the M row tiles t of a warp (step 09 on), each V fragment loaded once.
-template <int M, int D, int N, typename Layout>
-__device__ __forceinline__ void mma_pv_tiles(Acc<D> (&o)[M], const FragA<N> (&p)[M], SmemTile<N, Layout> v_tile) {
+template <int M, int D, int N, typename Layout, typename Elem>
+__device__ __forceinline__ void mma_pv_tiles(Acc<D> (&o)[M], const FragA<N> (&p)[M], SmemTile<N, Layout, Elem> v_tile) {
   static_assert(Layout::kCols == D, "values are rows of D elements");
   mma_pv_rows<M>(o, p, v_tile);
 }
@@ -331,17 +345,20 @@ __device__ __forceinline__ Rows safe_inverse(Rows l) {
   return inv;
 }
 
-/// Two adjacent columns of a row, stored as the destination's element type: a bf16 pair in one
-/// 4-byte store, or an fp32 pair in one 8-byte store.
+/// Two adjacent columns of a row, stored as the destination's element type: a bf16 or fp16 pair in
+/// one 4-byte store, or an fp32 pair in one 8-byte store.
 __device__ __forceinline__ void store_pair(bf16* dst, float lo, float hi) {
   *reinterpret_cast<uint32_t*>(dst) = ptx::pack_bf16x2(lo, hi);
+}
+__device__ __forceinline__ void store_pair(fp16* dst, float lo, float hi) {
+  *reinterpret_cast<uint32_t*>(dst) = ptx::pack_f16x2(lo, hi);
 }
 __device__ __forceinline__ void store_pair(float* dst, float lo, float hi) {
   *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
 }
 
-/// Writes the warp's 16 rows of o, each multiplied by its scale, to global memory as T (bf16: the
-/// output; float: step 27's partial outputs in the workspace): row r of o goes to
+/// Writes the warp's 16 rows of o, each multiplied by its scale, to global memory as T (bf16 or
+/// fp16: the output; float: step 27's partial outputs in the workspace): row r of o goes to
 /// dst + (row0 + r)·stride, and rows with row0 + r >= valid_rows (past N_q) are not written.
 /// Two adjacent columns per store, straight from the accumulators.
 template <int D, typename T>
@@ -378,16 +395,16 @@ __device__ __forceinline__ void store_rows(const Acc<D>& o, Rows scale, int row0
 }
 
 /// store_rows into shared memory (step 16): rows [row0, row0 + 16) of a WgmmaLayout tile, each
-/// value times its row's scale and rounded to bf16. Every row is written; the copy out to global
-/// memory is what leaves out rows past N. row0 is a multiple of 8.
+/// value times its row's scale and rounded to the tile's element type. Every row is written; the
+/// copy out to global memory is what leaves out rows past N. row0 is a multiple of 8.
 ///
 /// Addresses: in a 64-column panel, (row, col) sits at byte row·128 + ((col/8 ^ row%8)·16) +
 /// (col%8)·2. A lane's rows g and g + 8 share row % 8, so every one of its stores is one address
 /// `at` (its row g, column 2t, in panel 0) XOR the chunk's 16-byte step, plus a constant: one
 /// LOP3 with an immediate per store. The 8 rows of one store land in 8 different chunks: no bank
 /// conflicts.
-template <int D, int ROWS>
-__device__ __forceinline__ void store_rows_to_tile(SmemTile<ROWS, WgmmaLayout<ROWS, D>> tile, const Acc<D>& o,
+template <int D, int ROWS, typename Elem>
+__device__ __forceinline__ void store_rows_to_tile(SmemTile<ROWS, WgmmaLayout<ROWS, D>, Elem> tile, const Acc<D>& o,
                                                    Rows scale, int row0) {
   const int lane = lane_id(), g = lane / 4, t = lane % 4;
   uint32_t at = tile.addr() + uint32_t(row0 + g) * 128 + uint32_t(g % 8) * 16 + uint32_t(t) * 4;
@@ -399,7 +416,7 @@ __device__ __forceinline__ void store_rows_to_tile(SmemTile<ROWS, WgmmaLayout<RO
 #pragma unroll
     for (int f = 0; f < D / 8; ++f)
       ptx::st_shared_b32((at ^ uint32_t((f % 8) * 16)) + uint32_t((f / 8) * ROWS * 128 + r * 8 * 128),
-                         ptx::pack_bf16x2(o.c[f][2 * r] * scale.r[r], o.c[f][2 * r + 1] * scale.r[r]));
+                         ptx::pack_x2<Elem>(o.c[f][2 * r] * scale.r[r], o.c[f][2 * r + 1] * scale.r[r]));
   }
 }
 

@@ -18,6 +18,7 @@
 // the warp's own 16 rows (device/ptx/wgmma.h), and the A registers of P·V are exactly the warp's
 // FragA. So every softmax operation of the warp-tile vocabulary (row_max, exp2_rows, rescale,
 // to_bf16, store_rows, ...) works unchanged on what wgmma produces; only the two products change.
+// As there, a product's element type (bf16 or fp16) is its shared tiles' (SmemTile's Elem).
 //
 // Shared tiles are WgmmaLayout (device/smem_tile.h), each starting at a 1024-byte boundary. Q and
 // K are K-major operands (their rows run along the head dim, the K of Q·Kᵀ); V is MN-major (its
@@ -63,46 +64,48 @@ __device__ __forceinline__ void wait_for(Tiles&... tiles) {
 /// S = Q·Kᵀ for the warpgroup's 64 query rows [wg_row0, wg_row0 + 64) of `q_tile` (wg_row0 a
 /// multiple of 64) and the N keys of `k_tile`: D / 16 wgmmas, one per 16 head dims. Issued, not
 /// waited for; S needs no zeros first (the first wgmma does not accumulate).
-template <int D, int N, int QROWS>
-__device__ __forceinline__ void mma_qk_async(Acc<N>& s, SmemTile<QROWS, WgmmaLayout<QROWS, D>> q_tile, int wg_row0,
-                                             SmemTile<N, WgmmaLayout<N, D>> k_tile) {
+template <int D, int N, int QROWS, typename Elem>
+__device__ __forceinline__ void mma_qk_async(Acc<N>& s, SmemTile<QROWS, WgmmaLayout<QROWS, D>, Elem> q_tile,
+                                             int wg_row0, SmemTile<N, WgmmaLayout<N, D>, Elem> k_tile) {
   const uint32_t q = q_tile.addr() + uint32_t(wg_row0) * 128, k = k_tile.addr();
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     // 16 head dims: panel kk / 4, and 32 bytes further along its 128-byte rows per step inside it.
     const uint32_t panel = kk / 4, step = (kk % 4) * 32;
-    ptx::wgmma_ss<N>(s.c, ptx::smem_desc_k_major(q + panel * QROWS * 128 + step),
-                     ptx::smem_desc_k_major(k + panel * N * 128 + step), kk > 0);
+    ptx::wgmma_ss<N, Elem>(s.c, ptx::smem_desc_k_major(q + panel * QROWS * 128 + step),
+                           ptx::smem_desc_k_major(k + panel * N * 128 + step), kk > 0);
   }
 }
 
 /// O's columns [C0, D) += P's 16 keys at `a` times V's 16 rows at `v`: one wgmma per 128 columns (the
 /// widest the wrappers issue) and one of 64 for what is left (D = 192), each reading V from the
-/// chunk's first 64-column panel on and accumulating into its own Acc registers.
-template <int C0, int D, int N>
+/// chunk's first 64-column panel on and accumulating into its own Acc registers. Elem: V's and P's type.
+template <int C0, int D, int N, typename Elem>
 __device__ __forceinline__ void mma_pv_columns(Acc<D>& o, const uint32_t (&a)[4], uint32_t v) {
   constexpr int W = D - C0 < 128 ? D - C0 : 128;
   static_assert(W == 64 || W == 128, "whole 64-column panels");
-  ptx::wgmma_rs_mn<W>(*reinterpret_cast<float(*)[W / 8][4]>(&o.c[C0 / 8]), a,
-                      ptx::smem_desc_mn_major(v + (C0 / 64) * N * 128, N * 128), true);
-  if constexpr (C0 + W < D) mma_pv_columns<C0 + W, D, N>(o, a, v);
+  ptx::wgmma_rs_mn<W, Elem>(*reinterpret_cast<float(*)[W / 8][4]>(&o.c[C0 / 8]), a,
+                            ptx::smem_desc_mn_major(v + (C0 / 64) * N * 128, N * 128), true);
+  if constexpr (C0 + W < D) mma_pv_columns<C0 + W, D, N, Elem>(o, a, v);
 }
 
-/// O += P·V for the warpgroup's 64 rows: P (64, N) in registers, one FragA per warp, and the N
-/// value rows of `v_tile`: N / 16 wgmmas, one per 16 keys (16 rows of 128 bytes further down);
-/// past D = 128 each of those is two: 128 + 64 columns of O at D = 192, 128 + 128 at 256. O holds
-/// every column of V's panels (OC): at D = 32 and 96 that is 64 and 128, the last 32 the zeros the
-/// copy engine put past the tensor's columns (wgmma reads an MN-major operand in whole 64-column panels).
-template <int OC, int D, int N>
-__device__ __forceinline__ void mma_pv_async(Acc<OC>& o, const FragA<N>& p, SmemTile<N, WgmmaLayout<N, D>> v_tile) {
+/// O += P·V for the warpgroup's 64 rows: P (64, N) in registers, one FragA per warp (rounded to
+/// V's element type), and the N value rows of `v_tile`: N / 16 wgmmas, one per 16 keys (16 rows of
+/// 128 bytes further down); past D = 128 each of those is two: 128 + 64 columns of O at D = 192,
+/// 128 + 128 at 256. O holds every column of V's panels (OC): at D = 32 and 96 that is 64 and 128,
+/// the last 32 the zeros the copy engine put past the tensor's columns (wgmma reads an MN-major
+/// operand in whole 64-column panels).
+template <int OC, int D, int N, typename Elem>
+__device__ __forceinline__ void mma_pv_async(Acc<OC>& o, const FragA<N>& p,
+                                             SmemTile<N, WgmmaLayout<N, D>, Elem> v_tile) {
   static_assert(OC == WgmmaLayout<N, D>::kRowElems, "O holds every column of V's panels");
   const uint32_t v = v_tile.addr();
 #pragma unroll
   for (int kk = 0; kk < N / 16; ++kk) {
     if constexpr (OC <= 128)
-      ptx::wgmma_rs_mn<OC>(o.c, p.a[kk], ptx::smem_desc_mn_major(v + kk * 16 * 128, N * 128), true);
+      ptx::wgmma_rs_mn<OC, Elem>(o.c, p.a[kk], ptx::smem_desc_mn_major(v + kk * 16 * 128, N * 128), true);
     else
-      mma_pv_columns<0, OC, N>(o, p.a[kk], v + kk * 16 * 128);
+      mma_pv_columns<0, OC, N, Elem>(o, p.a[kk], v + kk * 16 * 128);
   }
 }
 
@@ -128,14 +131,14 @@ __device__ __forceinline__ Acc<D> head_columns(const Acc<OC>& o) {
 /// 128-byte row of the panel), so per 16 K rows the descriptors move 16 rows of 128 bytes down, as
 /// mma_pv_async's V does: K / 16 wgmmas. In the backward: dQ = dS·K, from the dSᵀ tile (keys,
 /// queries) and the K tile (keys, D). Issued, not waited for; d needs no zeros first.
-template <int K, int ACOLS, int BCOLS>
-__device__ __forceinline__ void mma_at_b_async(Acc<64>& d, SmemTile<K, WgmmaLayout<K, ACOLS>> a_tile, int a_panel,
-                                               SmemTile<K, WgmmaLayout<K, BCOLS>> b_tile, int b_panel) {
+template <int K, int ACOLS, int BCOLS, typename Elem>
+__device__ __forceinline__ void mma_at_b_async(Acc<64>& d, SmemTile<K, WgmmaLayout<K, ACOLS>, Elem> a_tile, int a_panel,
+                                               SmemTile<K, WgmmaLayout<K, BCOLS>, Elem> b_tile, int b_panel) {
   const uint32_t a = a_tile.addr() + uint32_t(a_panel) * K * 128, b = b_tile.addr() + uint32_t(b_panel) * K * 128;
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk)
-    ptx::wgmma_ss_mn<64>(d.c, ptx::smem_desc_mn_major(a + kk * 16 * 128, K * 128),
-                         ptx::smem_desc_mn_major(b + kk * 16 * 128, K * 128), kk > 0);
+    ptx::wgmma_ss_mn<64, Elem>(d.c, ptx::smem_desc_mn_major(a + kk * 16 * 128, K * 128),
+                               ptx::smem_desc_mn_major(b + kk * 16 * 128, K * 128), kk > 0);
 }
 
 // ---- The same three products with their descriptors advanced by addition (step 33).
@@ -148,37 +151,39 @@ __device__ __forceinline__ void mma_at_b_async(Acc<64>& d, SmemTile<K, WgmmaLayo
 struct ByAddition {};
 inline constexpr ByAddition by_addition{};
 
-template <int D, int N, int QROWS>
-__device__ __forceinline__ void mma_qk_async(ByAddition, Acc<N>& s, SmemTile<QROWS, WgmmaLayout<QROWS, D>> q_tile,
-                                             int wg_row0, SmemTile<N, WgmmaLayout<N, D>> k_tile) {
+template <int D, int N, int QROWS, typename Elem>
+__device__ __forceinline__ void mma_qk_async(ByAddition, Acc<N>& s, SmemTile<QROWS, WgmmaLayout<QROWS, D>, Elem> q_tile,
+                                             int wg_row0, SmemTile<N, WgmmaLayout<N, D>, Elem> k_tile) {
   const ptx::SmemDesc q = ptx::split_desc(ptx::smem_desc_k_major(q_tile.addr() + uint32_t(wg_row0) * 128));
   const ptx::SmemDesc k = ptx::split_desc(ptx::smem_desc_k_major(k_tile.addr()));
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const uint32_t panel = kk / 4, step = (kk % 4) * 32;
-    ptx::wgmma_ss<N>(s.c, (q + (panel * QROWS * 128 + step)).bits(), (k + (panel * N * 128 + step)).bits(), kk > 0);
+    ptx::wgmma_ss<N, Elem>(s.c, (q + (panel * QROWS * 128 + step)).bits(), (k + (panel * N * 128 + step)).bits(),
+                           kk > 0);
   }
 }
 
-template <int OC, int D, int N>
+template <int OC, int D, int N, typename Elem>
 __device__ __forceinline__ void mma_pv_async(ByAddition, Acc<OC>& o, const FragA<N>& p,
-                                             SmemTile<N, WgmmaLayout<N, D>> v_tile) {
+                                             SmemTile<N, WgmmaLayout<N, D>, Elem> v_tile) {
   static_assert(OC == WgmmaLayout<N, D>::kRowElems && OC <= 128, "O holds every column of V's panels");
   const ptx::SmemDesc v = ptx::split_desc(ptx::smem_desc_mn_major(v_tile.addr(), N * 128));
 #pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk) ptx::wgmma_rs_mn<OC>(o.c, p.a[kk], (v + kk * 16 * 128).bits(), true);
+  for (int kk = 0; kk < N / 16; ++kk) ptx::wgmma_rs_mn<OC, Elem>(o.c, p.a[kk], (v + kk * 16 * 128).bits(), true);
 }
 
-template <int K, int ACOLS, int BCOLS>
-__device__ __forceinline__ void mma_at_b_async(ByAddition, Acc<64>& d, SmemTile<K, WgmmaLayout<K, ACOLS>> a_tile,
-                                               int a_panel, SmemTile<K, WgmmaLayout<K, BCOLS>> b_tile, int b_panel) {
+template <int K, int ACOLS, int BCOLS, typename Elem>
+__device__ __forceinline__ void mma_at_b_async(ByAddition, Acc<64>& d, SmemTile<K, WgmmaLayout<K, ACOLS>, Elem> a_tile,
+                                               int a_panel, SmemTile<K, WgmmaLayout<K, BCOLS>, Elem> b_tile,
+                                               int b_panel) {
   const ptx::SmemDesc a =
       ptx::split_desc(ptx::smem_desc_mn_major(a_tile.addr() + uint32_t(a_panel) * K * 128, K * 128));
   const ptx::SmemDesc b =
       ptx::split_desc(ptx::smem_desc_mn_major(b_tile.addr() + uint32_t(b_panel) * K * 128, K * 128));
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk)
-    ptx::wgmma_ss_mn<64>(d.c, (a + kk * 16 * 128).bits(), (b + kk * 16 * 128).bits(), kk > 0);
+    ptx::wgmma_ss_mn<64, Elem>(d.c, (a + kk * 16 * 128).bits(), (b + kk * 16 * 128).bits(), kk > 0);
 }
 
 #endif  // __CUDACC__

@@ -56,6 +56,10 @@ CheckResult run_and_check(const StepInfo& step, AttentionProblem& prob, const Re
   return r;
 }
 
+CheckResult run_and_check(const StepInfo& step, AttentionProblem& prob, const ReferenceData& ref) {
+  return run_and_check(step, prob, ref, output_tolerance(prob.shape().dtype));
+}
+
 std::string CheckResult::summary() const {
   std::ostringstream os;
   if (!status.ok()) return "step returned an error: " + status.message();

@@ -35,9 +35,15 @@ struct CheckResult {
 
 // Poisons the outputs, runs the step, synchronises, compares O (and LSE when the problem has an
 // LSE buffer and the step writes it) with `ref`, and checks that nothing outside O and LSE
-// (their guard regions, O's row gaps) was written.
-CheckResult run_and_check(const StepInfo& step, AttentionProblem& prob, const ReferenceData& ref,
-                          const Tolerance& tol = bf16_tolerance());
+// (their guard regions, O's row gaps) was written. O is held to `tol`, or without it to the
+// problem's element type's rule (output_tolerance).
+CheckResult run_and_check(const StepInfo& step, AttentionProblem& prob, const ReferenceData& ref, const Tolerance& tol);
+CheckResult run_and_check(const StepInfo& step, AttentionProblem& prob, const ReferenceData& ref);
+
+// O's tolerance for an element type: bf16_tolerance, or fp16_tolerance (8 times tighter).
+inline Tolerance output_tolerance(DType t) {
+  return t == DType::fp16 ? fp16_tolerance() : bf16_tolerance();
+}
 
 // LSE tolerance: it is an fp32 quantity of magnitude ~log(N_kv) + max logit.
 inline Tolerance lse_tolerance() {

@@ -1,5 +1,7 @@
 #include "harness/problem.h"
 
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,9 +15,10 @@ namespace {
 
 enum Tensor : uint64_t { kQ = 1, kK = 2, kV = 3 };
 
-// Writes element (b, h, n, d) of a tensor through its strides, for every logical index.
+// Writes element (b, h, n, d) of a tensor through its strides, for every logical index, rounded to
+// the problem's element type (round to nearest even, as the kernels round P and O).
 __global__ void generate_kernel(__nv_bfloat16* out, int64_t heads, int64_t seqlen, int64_t dim, Strides st,
-                                InputKind kind, uint64_t seed, uint64_t tensor, int64_t count) {
+                                InputKind kind, uint64_t seed, uint64_t tensor, int64_t count, DType dtype) {
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t d = idx % dim, n = idx / dim % seqlen, h = idx / (dim * seqlen) % heads,
@@ -39,7 +42,11 @@ __global__ void generate_kernel(__nv_bfloat16* out, int64_t heads, int64_t seqle
         if (tensor == kV) x += 16.0f;
         break;
     }
-    out[b * st.batch + h * st.head + n * st.seq + d * st.dim] = __float2bfloat16_rn(x);
+    __nv_bfloat16* at = out + b * st.batch + h * st.head + n * st.seq + d * st.dim;
+    if (dtype == DType::fp16)
+      *reinterpret_cast<__half*>(at) = __float2half_rn(x);
+    else
+      *at = __float2bfloat16_rn(x);
   }
 }
 
@@ -47,7 +54,7 @@ void generate(GuardedBuffer<__nv_bfloat16>& buf, const ProblemShape& s, int64_t 
               const Strides& st, uint64_t tensor) {
   const int64_t count = s.batch * heads * seqlen * s.head_dim;
   const int blocks = static_cast<int>(std::min<int64_t>(cdiv(count, 256), 65535));
-  generate_kernel<<<blocks, 256>>>(buf.get(), heads, seqlen, s.head_dim, st, s.input, s.seed, tensor, count);
+  generate_kernel<<<blocks, 256>>>(buf.get(), heads, seqlen, s.head_dim, st, s.input, s.seed, tensor, count, s.dtype);
   FA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -90,7 +97,9 @@ std::string to_string(const ProblemShape& s) {
   os << "B=" << s.batch << " Hq=" << s.heads_q << " Hkv=" << s.heads_kv << " Nq=" << s.seqlen_q
      << " Nkv=" << s.seqlen_kv << " D=" << s.head_dim << (s.causal ? " causal" : "")
      << (s.causal && s.align == CausalAlign::bottom_right ? "(bottom-right)" : "")
-     << (s.layout == Layout::bnhd ? " bnhd" : "") << " input=" << to_string(s.input) << " seed=" << s.seed;
+     << (s.layout == Layout::bnhd ? " bnhd" : "");
+  if (s.dtype != DType::bf16) os << " " << dtype_name(s.dtype);
+  os << " input=" << to_string(s.input) << " seed=" << s.seed;
   if (s.row_gap != 0) os << " row_gap=" << s.row_gap;
   if (s.window_left >= 0 || s.window_right >= 0)
     os << " window=(" << s.window_left << ", " << s.window_right << ")"
@@ -162,6 +171,7 @@ AttentionParams shape_params(const ProblemShape& s) {
   p.window_right = s.window_right;
   p.softcap = s.softcap;
   p.alibi_slopes_stride_batch = s.alibi == ProblemShape::Alibi::per_batch_head ? s.heads_q : 0;
+  p.dtype = s.dtype;
   return p;
 }
 
@@ -253,6 +263,29 @@ std::vector<float> to_float(const GuardedBuffer<__nv_bfloat16>& buf) {
   return out;
 }
 
+float element_to_float(uint16_t bits, DType t) {
+  if (t == DType::fp16) {
+    __half_raw h;
+    h.x = bits;
+    return __half2float(__half(h));
+  }
+  __nv_bfloat16_raw b;
+  b.x = bits;
+  return __bfloat162float(__nv_bfloat16(b));
+}
+
+std::vector<float> to_float(const GuardedBuffer<__nv_bfloat16>& buf, DType t) {
+  if (t == DType::bf16) return to_float(buf);
+  std::vector<__nv_bfloat16> raw = buf.download();
+  std::vector<float> out(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, &raw[i], sizeof bits);
+    out[i] = element_to_float(bits, t);
+  }
+  return out;
+}
+
 std::vector<float> AttentionProblem::head_rows(const GuardedBuffer<__nv_bfloat16>& t, const Strides& st, int64_t b,
                                                int64_t h, int64_t rows) const {
   const int64_t D = shape_.head_dim;
@@ -262,23 +295,27 @@ std::vector<float> AttentionProblem::head_rows(const GuardedBuffer<__nv_bfloat16
   FA_CUDA_CHECK(cudaMemcpy(raw.data(), t.get() + start, raw.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
   std::vector<float> out(size_t(rows * D));
   for (int64_t n = 0; n < rows; ++n)
-    for (int64_t d = 0; d < D; ++d) out[size_t(n * D + d)] = __bfloat162float(raw[size_t(n * st.seq + d)]);
+    for (int64_t d = 0; d < D; ++d) {
+      uint16_t bits;
+      std::memcpy(&bits, &raw[size_t(n * st.seq + d)], sizeof bits);
+      out[size_t(n * D + d)] = element_to_float(bits, shape_.dtype);
+    }
   return out;
 }
 
 std::vector<float> AttentionProblem::host_q() const {
-  return to_float(q);
+  return to_float(q, shape_.dtype);
 }
 std::vector<float> AttentionProblem::host_k() const {
-  return to_float(k);
+  return to_float(k, shape_.dtype);
 }
 std::vector<float> AttentionProblem::host_v() const {
-  return to_float(v);
+  return to_float(v, shape_.dtype);
 }
 
 std::vector<float> AttentionProblem::output_bhnd() const {
   const ProblemShape& s = shape_;
-  if (s.layout == Layout::bhnd && s.row_gap == 0) return to_float(o);
+  if (s.layout == Layout::bhnd && s.row_gap == 0) return to_float(o, s.dtype);
   const std::vector<__nv_bfloat16> raw = o.download();
   const Strides st = params().o_stride;
   std::vector<float> out(size_t(s.batch * s.heads_q * s.seqlen_q * s.head_dim));
@@ -286,8 +323,11 @@ std::vector<float> AttentionProblem::output_bhnd() const {
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads_q; ++h)
       for (int64_t n = 0; n < s.seqlen_q; ++n)
-        for (int64_t d = 0; d < s.head_dim; ++d)
-          out[idx++] = __bfloat162float(raw[size_t(b * st.batch + h * st.head + n * st.seq + d * st.dim)]);
+        for (int64_t d = 0; d < s.head_dim; ++d) {
+          uint16_t bits;
+          std::memcpy(&bits, &raw[size_t(b * st.batch + h * st.head + n * st.seq + d * st.dim)], sizeof bits);
+          out[idx++] = element_to_float(bits, s.dtype);
+        }
   return out;
 }
 

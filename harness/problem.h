@@ -1,5 +1,7 @@
 // An attention problem for the harness: its shape and layout, generated inputs on the device,
-// poisoned outputs, and host copies for the references.
+// poisoned outputs, and host copies for the references. Its tensors hold bf16 or fp16 (the shape's
+// dtype): the inputs are generated in that type, and the host copies are its values exactly, so the
+// references see what the kernel reads.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -40,6 +42,10 @@ struct ProblemShape {
   uint64_t seed = 0;
   float softmax_scale = 0.0f;  // 0: 1/sqrt(D)
   bool with_lse = true;
+  // The element type of Q, K, V and O (AttentionParams::dtype). The inputs are drawn in fp32 and
+  // rounded to it on the device; every kind fits fp16's range (large_logits' ×10 inputs reach ~60,
+  // flat_large_v's V ~16: their products and sums are fp32 inside the kernels).
+  DType dtype = DType::bf16;
   // Poisoned memory around the inputs. K and V keep kv_pad_rows NaN rows after the N_kv rows of
   // every (batch, head) in (B, H, N, D), of every batch in (B, N, H, D), so their head (batch)
   // stride is larger than N_kv rows: a kernel that loads rows past N_kv without zero-filling
@@ -84,8 +90,8 @@ class AttentionProblem {
   // the outputs were last poisoned; otherwise `why` names the first one that was.
   bool memory_intact(std::string* why = nullptr) const;
 
-  // Host copies of the bf16 inputs as floats, in storage order (use params() strides to index;
-  // padding and gaps are NaN).
+  // Host copies of the inputs (bf16 or fp16, the shape's dtype) as floats, in storage order (use
+  // params() strides to index; padding and gaps are NaN).
   std::vector<float> host_q() const;
   std::vector<float> host_k() const;
   std::vector<float> host_v() const;
@@ -98,6 +104,8 @@ class AttentionProblem {
   std::vector<float> head_rows(const GuardedBuffer<__nv_bfloat16>& t, const Strides& st, int64_t b, int64_t h,
                                int64_t rows) const;
 
+  // 16-bit storage: bf16 values, or fp16 bits when shape().dtype is fp16 (both 2 bytes, both NaN
+  // when poisoned with 0xFFFF); read them through host_q() ... output_bhnd(), which know the type.
   GuardedBuffer<__nv_bfloat16> q, k, v, o;
   GuardedBuffer<float> lse_buf;
   // The score modifications' arrays, on the host (for the CPU reference) and the device (empty
@@ -114,5 +122,9 @@ class AttentionProblem {
 // bf16 → float copies of a device buffer (the body of a guarded one).
 std::vector<float> to_float(const DeviceBuffer<__nv_bfloat16>& buf);
 std::vector<float> to_float(const GuardedBuffer<__nv_bfloat16>& buf);
+// The same for a buffer of 16-bit elements of type `t` (bf16 or fp16 bits).
+std::vector<float> to_float(const GuardedBuffer<__nv_bfloat16>& buf, DType t);
+// One stored 16-bit element of type `t` as a float (exact: both types are subsets of fp32).
+float element_to_float(uint16_t bits, DType t);
 
 }  // namespace fa

@@ -406,6 +406,7 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
 
 Capabilities backward_caps() {
   Capabilities c = forward_caps({32, 64, 96, 128});
+  c.dtypes = {DType::bf16};              // bf16 alone: fp16 gradients are refused by name
   c.only_sm = 90;                        // wgmma: sm_90a code, compute capability 9.0 only
   c.deterministic_backward = true;       // BackwardParams::deterministic: dQ added in a fixed order
   c.broadcast = false;                   // Q, dO, K, V through TMA maps: no zero strides,

@@ -283,6 +283,7 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
 
 Capabilities backward_caps() {
   Capabilities c = forward_caps({32, 64, 96, 128});
+  c.dtypes = {DType::bf16};              // bf16 alone: fp16 gradients are refused by name
   c.deterministic_backward = true;       // BackwardParams::deterministic: dQ added in a fixed order
   c.sliding_window = true;               // window_size: WindowFlag's kernels, as the forward's
   c.softcap = c.alibi = c.sinks = true;  // Mods kernels (the cap's derivative), and the sinks' gradient

@@ -1,7 +1,7 @@
-// The production kernels' Epilogue policies: how a warp's 16 finished rows of O (normalised, bf16)
-// and their LSE leave the kernel.
+// The production kernels' Epilogue policies: how a warp's 16 finished rows of O (normalised, and
+// rounded to the call's element type, bf16 or fp16: Out's Elem) and their LSE leave the kernel.
 //
-//   RegisterStore  bf16 pairs straight from the accumulators to global memory (steps 10 and 15);
+//   RegisterStore  16-bit pairs straight from the accumulators to global memory (steps 10 and 15);
 //                  rows past N_q are not written.
 //   TmaStore       through the consumer warpgroup's swizzled tile in shared memory and one TMA
 //                  store per 64-column panel (step 16); rows past N_q are clipped by O's tensor
@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "device/gqa_pack.h"
 #include "device/ptx/sm90.h"
@@ -32,10 +33,11 @@ namespace fa::kernels {
 /// No shared-memory tile: the register epilogue's Out.
 struct NoTile {};
 
-/// Where a warp's rows go. `OTile`: the SmemTile type of a consumer's O tile (TmaStore), or NoTile.
-template <class OTile = NoTile>
+/// Where a warp's rows go. `OTile`: the SmemTile type of a consumer's O tile (TmaStore), or NoTile;
+/// `Elem`: O's element type (bf16 or fp16), which the rounding of each value follows.
+template <class OTile = NoTile, typename Elem = tile::bf16>
 struct Out {
-  tile::bf16* o = nullptr;   // O's row for the Q tile's first row (RegisterStore; TmaStore when direct)
+  Elem* o = nullptr;         // O's row for the Q tile's first row (RegisterStore; TmaStore when direct)
   int64_t o_row_stride = 0;  // elements from one row of O to the next
   float* lse = nullptr;      // LSE's entry for the Q tile's first row; nullptr: no LSE
   int row0 = 0;              // the warp's first row in the Q tile
@@ -53,8 +55,8 @@ struct Out {
 #if defined(__CUDACC__)
 
 /// LSE from the registers, one lane per row: the part every epilogue shares.
-template <class OTile>
-__device__ __forceinline__ void store_lse(const Out<OTile>& out, tile::Rows m_i, tile::Rows l, float scale_log2) {
+template <class OTile, typename Elem>
+__device__ __forceinline__ void store_lse(const Out<OTile, Elem>& out, tile::Rows m_i, tile::Rows l, float scale_log2) {
   if (out.lse != nullptr)
     tile::store_row_values(out.lse, tile::log_sum_exp(m_i, l, scale_log2), out.row0, out.valid_rows);
 }
@@ -62,8 +64,8 @@ __device__ __forceinline__ void store_lse(const Out<OTile>& out, tile::Rows m_i,
 struct RegisterStore {
   static constexpr bool kSmemTile = false;  // needs no O tile in shared memory
   static constexpr const char* kName = "O=registers";
-  template <int D, class OTile>
-  __device__ __forceinline__ static void store(const Out<OTile>& out, const tile::Acc<D>& o_i, tile::Rows m_i,
+  template <int D, class OTile, typename Elem>
+  __device__ __forceinline__ static void store(const Out<OTile, Elem>& out, const tile::Acc<D>& o_i, tile::Rows m_i,
                                                tile::Rows l, float scale_log2) {
     tile::store_rows(out.o, out.o_row_stride, o_i, tile::safe_inverse(l), out.row0, out.valid_rows);
     store_lse(out, m_i, l, scale_log2);
@@ -101,9 +103,10 @@ struct TmaStore {
   /// store has read the tile (only the issuing thread can ask; the named barrier tells the other
   /// 127); the warpgroup writes, fences the writes for the copy engine, meets again, and the first
   /// thread issues the store.
-  template <int D, class OTile>
-  __device__ __forceinline__ static void store(const Out<OTile>& out, const tile::Acc<D>& o_i, tile::Rows m_i,
+  template <int D, class OTile, typename Elem>
+  __device__ __forceinline__ static void store(const Out<OTile, Elem>& out, const tile::Acc<D>& o_i, tile::Rows m_i,
                                                tile::Rows l, float scale_log2) {
+    static_assert(std::is_same_v<typename OTile::elem, Elem>, "O's tile holds O's element type");
     const bool leader = threadIdx.x % 128 == 0;  // the consumer's thread that issues its O stores
     if (leader) ptx::bulk_wait_group_read<0>();
     ptx::named_barrier_sync(out.barrier, 128);

@@ -238,16 +238,16 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
           lookup_tile_pages<NUM_THREADS, BLOCK_N, Layout>(pages, key0 + n_start + BLOCK_N, n_kv - n_start - BLOCK_N);
       return;
     }
-    load_tile_async<NUM_THREADS, BLOCK_N, Layout, HEAD_DIM>(k_tile_of(n_block), k_ptr + n_start * params.k_stride.seq,
+    load_tile_async<NUM_THREADS, BLOCK_N, Layout, bf16, HEAD_DIM>(k_tile_of(n_block), k_ptr + n_start * params.k_stride.seq,
                                                             params.k_stride.seq, kv_rows);
-    load_tile_async<NUM_THREADS, BLOCK_N, Layout, HEAD_DIM>(v_tile_of(n_block), v_ptr + n_start * params.v_stride.seq,
+    load_tile_async<NUM_THREADS, BLOCK_N, Layout, bf16, HEAD_DIM>(v_tile_of(n_block), v_ptr + n_start * params.v_stride.seq,
                                                             params.v_stride.seq, kv_rows);
   };
 
   {
     const PackedRows<const bf16> q_rows{static_cast<const bf16*>(params.q) + q_at + h0 * params.q_stride.head,
                                         params.q_stride.head, params.q_stride.seq, pack};
-    load_rows_async<NUM_THREADS, BLOCK_M, Layout, HEAD_DIM>(
+    load_rows_async<NUM_THREADS, BLOCK_M, Layout, bf16, HEAD_DIM>(
         q_tile, [&](int row) { return q_rows(m_start + row); }, min(BLOCK_M, n_rows - m_start));
   }
   cp_async_commit();
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
         v_tile{v_tile_of(n_block).ptr + warp_key * Layout::kRowElems};
 
     Acc<WARP_N> s[M_TILES];
-    mma_qk_tiles<M_TILES, WARP_N, BLOCK_M, Layout, Layout, HEAD_DIM>(s, q_tile, warp_row, k_tile);
+    mma_qk_tiles<M_TILES, WARP_N, BLOCK_M, Layout, Layout, bf16, HEAD_DIM>(s, q_tile, warp_row, k_tile);
     FragA<WARP_N> p[M_TILES];
 #pragma unroll
     for (int t = 0; t < M_TILES; ++t) {
@@ -648,11 +648,11 @@ struct Launcher {
 // Step 28's list, in its order of preference: 64-row tiles (one group's rows in every one). (Step
 // 30's 8-warp, 128-row tile was tried at D = 128: 0.51 ms against 0.28 at B = 32, N_kv = 8k, paged.)
 const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
-                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},      // 2 warps of 32 rows
-                                            At<64, Config<64, 64, 3, 1>>{},      // 4 warps of 16 rows
-                                            At<64, Config<16, 64, 3, 1, 4>>{},   // 16 rows, keys over 4 warps
-                                            At<128, Config<64, 64, 3, 1>>{},     // 4 warps of 16 rows
-                                            At<128, Config<16, 64, 3, 1, 4>>{},  // 16 rows, keys over 4 warps
+                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},       // 2 warps of 32 rows
+                                            At<64, Config<64, 64, 3, 1>>{},       // 4 warps of 16 rows
+                                            At<64, Config<16, 64, 3, 1, 4>>{},    // 16 rows, keys over 4 warps
+                                            At<128, Config<64, 64, 3, 1>>{},      // 4 warps of 16 rows
+                                            At<128, Config<16, 64, 3, 1, 4>>{},   // 16 rows, keys over 4 warps
                                             // Part VI's head dims: D = 32 as 64, 96 as 128; at 192 the
                                             // 64-row tile keeps two stages (three: 224 KB). Not 256: at
                                             // 255 registers every configuration spilled 4-36 bytes (D =
@@ -669,6 +669,7 @@ const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
 }  // namespace
 
 bool accepts(const AttentionParams& p, bool prefill_varlen) {
+  if (p.dtype != DType::bf16) return false;  // its one type (dtypes()): fp16 runs the caller's kernels
   // Every head dim the build has but 256 (the configurations above).
   if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0 || !head_dim_built(int(p.head_dim))) return false;
   if (p.head_dim > kMaxHeadDim) return false;
@@ -687,12 +688,15 @@ bool accepts(const AttentionParams& p, bool prefill_varlen) {
 Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool prefill_varlen) {
   *taken = accepts(p, prefill_varlen);
   if (*taken) return forward(p, stream);
-  // What keeps the decode kernel from the call, for the refusals below: its head dims (32 to 192;
-  // the forwards have 256 too), else the call's query rows. Built only for a refusal: every prefill
-  // call passes through here.
+  // What keeps the decode kernel from the call, for the refusals below: its element type (bf16; the
+  // forwards may have fp16), its head dims (32 to 192; the forwards have 256 too), else the call's
+  // query rows. Built only for a refusal: every prefill call passes through here.
   auto why = [&p] {
+    if (p.dtype != DType::bf16)
+      return "the decode kernel's, which is built for bf16 only; this call is " + dtype_name(p.dtype);
     if (p.head_dim > kMaxHeadDim)
-      return "the decode kernel's, which has head dims 32 to 192; this call has head dim " + std::to_string(p.head_dim);
+      return "the decode kernel's, which has head dims 32 to 192; this call has head dim " +
+             std::to_string(p.head_dim);
     return "for calls whose query rows times H_q / H_kv are at most " + std::to_string(kMaxPackedRows) +
            " (decode); this call has " + std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv));
   };
@@ -701,9 +705,9 @@ Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool pr
                                " with packed sequences (cu_seqlens) are the decode kernel's alone, " + why());
   if (p.cu_seqlens_q != nullptr && !prefill_varlen)  // only this kernel reads the offsets, not the prefill kernel
     return Status::Unsupported(
-        "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 32 to 192 where "
-        "the build has them; this call has head dim " +
-        std::to_string(p.head_dim));
+        "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 32 to 192 "
+        "in bf16 where the build has them; this call has head dim " +
+        std::to_string(p.head_dim) + " in " + dtype_name(p.dtype));
   if (p.seqlens_kv != nullptr || p.block_table != nullptr)
     return Status::Unsupported(std::string(p.block_table != nullptr ? "a paged KV cache (block_table)"
                                                                     : "a length per sequence (seqlens_kv)") +

@@ -13,6 +13,11 @@
 //   Sequences where each sequence's rows are (kernels/sequences.h): Batched, or Packed (varlen),
 //             one instantiation each, picked by the call.
 //
+// And the element type T of Q, K, V and O: bf16, as step 16, or fp16 where the build compiles it
+// (FA_DTYPES): the shared tiles' type, from which the wgmmas take their .bf16 or .f16 form, P's and
+// O's rounding; TMA moves bytes, so the copies are the same (the maps name the type all the same:
+// library/tma.cpp).
+//
 // Packed sequences (cu_seqlens) run here when they are longer than a decode: the maps describe
 // the packed (total, H, D) tensors, the producer skips the Q tiles past a sequence's end and hands
 // the consumers each sequence's rows and lengths. The maps clip only at the tensor's end, so a
@@ -24,6 +29,7 @@
 // With the default policies it compiles, configuration by configuration, to step 16's count of
 // HGMMA, UTMALDG, UTMASTG and MUFU.EX2 (static.kernels.hopper.same_as_step16).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
@@ -111,7 +117,8 @@ struct Config {
 
 // ---- the kernel --------------------------------------------------------------------------------
 
-template <int HEAD_DIM, typename Cfg, typename Sequences = Batched, typename MaskT = CausalFlag,
+// T: the element type of Q, K, V and O (bf16 or fp16).
+template <int HEAD_DIM, typename Cfg, typename T, typename Sequences = Batched, typename MaskT = CausalFlag,
           typename ScoreMod = Identity, typename Scheduler = PersistentScheduler>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     attention_kernel(const AttentionParams params, const float scale_log2, const int64_t offset,
@@ -124,9 +131,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   using KVLayout = WgmmaLayout<BLOCK_N, HEAD_DIM>;
   using OLayout = WgmmaLayout<kWarpgroupRows, HEAD_DIM>;  // one consumer's rows of O
   extern __shared__ uint4 smem[];                         // 16-byte aligned; wgmma's swizzle atoms need 1024
-  const SmemTile<BLOCK_M, QLayout> q_tile{aligned_for_wgmma(smem)};
-  const SmemTile<BLOCK_N, KVLayout> kv_tiles{q_tile.ptr + BLOCK_M * QLayout::kRowElems};  // STAGES × [K, then V]
-  [[maybe_unused]] bf16* const o_tiles = next_tile(kv_tiles, 2 * STAGES).ptr;             // TmaStore: after the ring
+  const SmemTile<BLOCK_M, QLayout, T> q_tile{aligned_for_wgmma<T>(smem)};
+  const SmemTile<BLOCK_N, KVLayout, T> kv_tiles{q_tile.ptr + BLOCK_M * QLayout::kRowElems};  // STAGES × [K, then V]
+  [[maybe_unused]] T* const o_tiles = next_tile(kv_tiles, 2 * STAGES).ptr;                   // TmaStore: after the ring
   // Per ring slot "full" (K and V landed) and "empty" (every consumer warp is done with it); the
   // same pair for Q, whose "empty" every consumer thread arrives at. At D = 256 K and V have a "full"
   // each (k_full, v_full), so that a tile's Q·Kᵀ need not wait for its V: with two 64 KB stages the
@@ -319,7 +326,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       if (w.n_blocks == 1) release_q();
       Rows alpha;
       if (softmax(s, 0, alpha)) rescale(o_i, alpha);
-      FragA<BLOCK_N> p = to_bf16(s);
+      FragA<BLOCK_N> p = to_a<T>(s);  // P in V's type
       for (int n_block = 1; n_block < w.n_blocks; ++n_block, ++pos) {
         Acc<BLOCK_N> s_next;
         wait_k(pos + 1);
@@ -335,7 +342,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
         wait_for<0>(o_i, p);
         if (lane_id() == 0) ptx::mbarrier_arrive(bar(kv_empty[pos % STAGES]));
         if (moved_next) rescale(o_i, alpha);
-        p = to_bf16(s_next);
+        p = to_a<T>(s_next);
       }
       wait_v(pos);  // the last tile's V has landed: before the zeros below, and before P·V
       // A packed sequence's last V tile past its end: the neighbour's rows, zeroed by all the
@@ -362,7 +369,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     score_mod.finish(o_i, m_i, l, params,
                      head_of(scheduled[iter % 2]));  // a sink's term in the denominator and the LSE
     const Work done = scheduled[iter % 2];
-    Out<SmemTile<kWarpgroupRows, OLayout>> out;
+    Out<SmemTile<kWarpgroupRows, OLayout, T>, T> out;
     const int64_t b = batch_of(done), h = head_of(done);
     const SequenceRows q_seq{done.q_row - done.m_start, done.n_q};
     out.valid_rows = done.n_q - done.m_start;
@@ -377,7 +384,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
       out.batch = map_batch(done);
     }
     if constexpr (!Epilogue::kSmemTile || varlen) {
-      out.o = static_cast<bf16*>(params.o) + sequence_offset(params.o_stride, b, q_seq, varlen) +
+      out.o = static_cast<T*>(params.o) + sequence_offset(params.o_stride, b, q_seq, varlen) +
               h * params.o_stride.head + int64_t(done.m_start) * params.o_stride.seq;
       out.o_row_stride = params.o_stride.seq;
     }
@@ -403,31 +410,41 @@ constexpr bool mods_elsewhere(unsigned bits) {
 template <int HEAD_DIM>
 using ModsFallback = std::conditional_t<HEAD_DIM <= 64, Config<128, 128, 4>, Config<128, 128, 3, RegisterStore>>;
 
-// The host side of one configuration: the tuner calls Launcher::launch<HEAD_DIM, Cfg>.
+// The host side of one configuration: the tuner calls Launcher::launch<HEAD_DIM, Cfg>, for every
+// element type alike (the tuner's key holds the type, so each is timed on its own).
 struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
+    // The call's element type picks the kernels: fp16 where the build compiles them (validation
+    // refused every type the build left out before the tuner was asked).
+    if constexpr (dtype_built(DType::fp16))
+      if (p.dtype == DType::fp16) return launch_as<fp16, HEAD_DIM, Cfg>(p, stream);
+    return launch_as<bf16, HEAD_DIM, Cfg>(p, stream);
+  }
+
+  template <typename T, int HEAD_DIM, typename Cfg>
+  static Status launch_as(const AttentionParams& p, cudaStream_t stream) {
     // Packed sequences, a sliding window (WindowFlag: a range past tile 0, masked at both ends; not
     // with packed sequences, which the forward refuses: decode::route), or neither: a kernel each.
     // Score modifications (softcap, ALiBi, sinks; not with packed sequences, which the forward
     // refuses) theirs: WindowFlag, which takes any mask, and the Mods kernel of the call's
     // modification (kernels/score_mod.h: one alone its own, several ScoreMods); nullptr where this
     // configuration leaves that kernel out (mods_elsewhere): the call runs the two-consumer one.
-    using Kernel = decltype(&attention_kernel<HEAD_DIM, Cfg, Packed>);
+    using Kernel = decltype(&attention_kernel<HEAD_DIM, Cfg, T, Packed>);
     const Kernel kernel =
-        p.cu_seqlens_q != nullptr ? attention_kernel<HEAD_DIM, Cfg, Packed>
+        p.cu_seqlens_q != nullptr ? attention_kernel<HEAD_DIM, Cfg, T, Packed>
         : p.has_score_mods()
             ? with_score_mods(p,
                               [](auto m) -> Kernel {
                                 if constexpr (mods_elsewhere<HEAD_DIM, Cfg>(decltype(m)::kBits))
                                   return nullptr;
                                 else
-                                  return attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag, decltype(m)>;
+                                  return attention_kernel<HEAD_DIM, Cfg, T, Batched, WindowFlag, decltype(m)>;
                               })
-        : p.has_window() ? attention_kernel<HEAD_DIM, Cfg, Batched, WindowFlag>
-                         : attention_kernel<HEAD_DIM, Cfg, Batched>;
+        : p.has_window() ? attention_kernel<HEAD_DIM, Cfg, T, Batched, WindowFlag>
+                         : attention_kernel<HEAD_DIM, Cfg, T, Batched>;
     if constexpr (HEAD_DIM <= 64 || HEAD_DIM == 96)  // where mods_elsewhere leaves kernels out
-      if (kernel == nullptr) return launch<HEAD_DIM, ModsFallback<HEAD_DIM>>(p, stream);
+      if (kernel == nullptr) return launch_as<T, HEAD_DIM, ModsFallback<HEAD_DIM>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     QkvTileMaps maps;  // Q in boxes of BLOCK_M rows, K and V of BLOCK_N (library/tma.h)
@@ -437,7 +454,7 @@ struct Launcher {
     CUtensorMap o_map;
     const bool packed = p.cu_seqlens_q != nullptr;  // varlen: O is (total_q, H_q, D)
     if (Status st = make_tile_map(&o_map, "o", p.o, packed ? 1 : p.batch, p.heads_q, packed ? p.total_q : p.seqlen_q,
-                                  p.head_dim, p.o_stride, kWarpgroupRows);
+                                  p.head_dim, p.o_stride, kWarpgroupRows, p.dtype);
         !st.ok())
       return st;
     int resident = 0;
@@ -493,6 +510,8 @@ const Capabilities kCaps = [] {
   c.varlen = true;      // packed sequences (cu_seqlens): decode-sized ones the decode
                         // kernel, longer ones this one
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
+  c.dtypes = built_dtypes();                        // bf16, and fp16 where the build compiles it;
+  c.decode_dtypes = decode::dtypes();               // the decode kernel's options at bf16 alone
   c.sliding_window = true;                          // window_size: WindowFlag's kernels (forward and backward)
   c.softcap = c.alibi = c.sinks = true;  // ScoreMods' kernels (kernels/score_mod.h), forward and backward, and
                                          // the decode kernel's; long packed sequences refused (decode::route)

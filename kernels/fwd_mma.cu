@@ -9,11 +9,17 @@
 //             (kernels/score_mod.h): Identity (no instruction), or the call's softcap, ALiBi and sinks.
 //   Scheduler which Q tile and (batch, head) a block works on (Grid: one block per tile, the
 //             longest causal tiles first).
-//   Epilogue  how O and LSE leave (RegisterStore: bf16 pairs from the accumulators).
+//   Epilogue  how O and LSE leave (RegisterStore: 16-bit pairs from the accumulators).
+//
+// And the element type T of Q, K, V and O: bf16, as step 10, or fp16 where the build compiles it
+// (FA_DTYPES). T is the shared tiles' type, from which the products take their instruction
+// (mma.sync's .bf16 or .f16), P's and O's rounding; the softmax in fp32 is the same for both.
 //
 // With the default policies it computes what step 10 computes, with step 10's instructions per KV
-// tile (static.kernels.mma checks the HMMA count and that nothing spills).
+// tile (static.kernels.mma checks the HMMA count and that nothing spills; the bf16 instantiations
+// are step 10's instructions, static.kernels.mma.same_as_step10).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
@@ -60,7 +66,7 @@ struct Config {
   static constexpr int NUM_THREADS = NUM_WARPS * kWarpSize;
   // Rescale only when a row's max rose by more than this (exp2 units): P <= 2^8 until then.
   static constexpr float RESCALE_THRESHOLD = 8.0f;
-  // Shared memory: the Q tile, then STAGES × (K tile, V tile), all (rows, HEAD_DIM) bf16 (MmaTileLayout:
+  // Shared memory: the Q tile, then STAGES × (K tile, V tile), all (rows, HEAD_DIM) 16-bit (MmaTileLayout:
   // step 08's swizzle, or step 04's padded rows at D = 32, 96, 192).
   template <int HEAD_DIM>
   static constexpr int smem_bytes() {
@@ -70,7 +76,8 @@ struct Config {
 
 // ---- the kernel --------------------------------------------------------------------------------
 
-template <int HEAD_DIM, typename Cfg, typename MaskT = CausalFlag, typename ScoreMod = Identity,
+// T: the element type of Q, K, V and O (bf16 or fp16).
+template <int HEAD_DIM, typename Cfg, typename T, typename MaskT = CausalFlag, typename ScoreMod = Identity,
           typename Scheduler = GridScheduler, typename Epilogue = RegisterStore>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     attention_kernel(const AttentionParams params, const float scale_log2, const int64_t offset,
@@ -79,8 +86,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   constexpr int STAGES = Cfg::STAGES, M_TILES = Cfg::M_TILES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
   using Layout = MmaTileLayout<HEAD_DIM>;
   extern __shared__ uint4 smem[];  // uint4: 16-byte aligned, as cp.async and ldmatrix need
-  const SmemTile<BLOCK_M, Layout> q_tile{reinterpret_cast<bf16*>(smem)};              // (BLOCK_M, HEAD_DIM)
-  const SmemTile<BLOCK_N, Layout> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
+  const SmemTile<BLOCK_M, Layout, T> q_tile{reinterpret_cast<T*>(smem)};                 // (BLOCK_M, HEAD_DIM)
+  const SmemTile<BLOCK_N, Layout, T> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
 
   const int warp = int(threadIdx.x) / kWarpSize;
   const int n_q = int(params.seqlen_q), n_kv = int(params.seqlen_kv);
@@ -92,12 +99,12 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
   const int64_t b = work.bh / params.heads_q, h = work.bh % params.heads_q;
   const int64_t h_kv = kv_head_of(h, params.heads_q, params.heads_kv);
   const int m_start = work.m_block * BLOCK_M;
-  const bf16* q_ptr = static_cast<const bf16*>(params.q) + b * params.q_stride.batch + h * params.q_stride.head +
-                      int64_t(m_start) * params.q_stride.seq;
-  const bf16* k_ptr = static_cast<const bf16*>(params.k) + b * params.k_stride.batch + h_kv * params.k_stride.head;
-  const bf16* v_ptr = static_cast<const bf16*>(params.v) + b * params.v_stride.batch + h_kv * params.v_stride.head;
-  bf16* o_ptr = static_cast<bf16*>(params.o) + b * params.o_stride.batch + h * params.o_stride.head +
-                int64_t(m_start) * params.o_stride.seq;
+  const T* q_ptr = static_cast<const T*>(params.q) + b * params.q_stride.batch + h * params.q_stride.head +
+                   int64_t(m_start) * params.q_stride.seq;
+  const T* k_ptr = static_cast<const T*>(params.k) + b * params.k_stride.batch + h_kv * params.k_stride.head;
+  const T* v_ptr = static_cast<const T*>(params.v) + b * params.v_stride.batch + h_kv * params.v_stride.head;
+  T* o_ptr = static_cast<T*>(params.o) + b * params.o_stride.batch + h * params.o_stride.head +
+             int64_t(m_start) * params.o_stride.seq;
   const int row0 = m_start + warp * ROWS_PER_WARP;  // this warp's first query row
 
   // The KV tiles this Q tile visits, [first, end), and the fully visible ones among them: for all
@@ -166,13 +173,13 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     __syncthreads();                // everyone's; and every warp is done reading tile i-1
     if (i + STAGES - 1 < n_blocks) load_kv(i + STAGES - 1);  // into the slot just freed
     cp_async_commit();
-    const SmemTile<BLOCK_N, Layout> k_tile = k_tile_of(i), v_tile = v_tile_of(i);
+    const SmemTile<BLOCK_N, Layout, T> k_tile = k_tile_of(i), v_tile = v_tile_of(i);
     const bool masked = i < full_first_i || i >= full_end_i;
 
     Acc<BLOCK_N> s[M_TILES];
     mma_qk_tiles(s, q_tile, warp * ROWS_PER_WARP, k_tile);  // S_t = Q_t·Kᵀ
 
-    FragA<BLOCK_N> p[M_TILES];  // P_t in bf16, the A operand of P·V
+    FragA<BLOCK_N> p[M_TILES];  // P_t in T (V's type), the A operand of P·V
 #pragma unroll
     for (int t = 0; t < M_TILES; ++t) {
       score_mod(s[t], row0 + kMmaRows * t, key_shift + n_start);
@@ -187,7 +194,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
         m_i[t] = m_new;
       }
       const Acc<BLOCK_N> p_t = exp2_rows(s[t], scale_log2, exp2_offset(m_i[t], scale_log2));
-      p[t] = to_bf16(p_t);
+      p[t] = to_a<T>(p_t);
       l_i[t] = l_i[t] + row_sum(p_t);
     }
     mma_pv_tiles(o_i, p, v_tile);  // O_t += P_t·V
@@ -200,32 +207,42 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     const int tile_row0 = warp * ROWS_PER_WARP + kMmaRows * t;
     Rows l = quad_sum(l_i[t]);
     score_mod.finish(o_i[t], m_i[t], l, params, h);  // a sink's term in the denominator and the LSE
-    Epilogue::store(Out<>{o_ptr, params.o_stride.seq, lse_ptr, tile_row0, n_q - m_start}, o_i[t], m_i[t], l,
+    Epilogue::store(Out<NoTile, T>{o_ptr, params.o_stride.seq, lse_ptr, tile_row0, n_q - m_start}, o_i[t], m_i[t], l,
                     scale_log2);
   }
 }
 
-// The host side of one configuration: the tuner calls Launcher::launch<HEAD_DIM, Cfg>.
+// The host side of one configuration: the tuner calls Launcher::launch<HEAD_DIM, Cfg>, for every
+// element type alike (the tuner's key holds the type, so each is timed on its own).
 struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
+    // The call's element type picks the kernels: fp16 where the build compiles them (validation
+    // refused every type the build left out before the tuner was asked).
+    if constexpr (dtype_built(DType::fp16))
+      if (p.dtype == DType::fp16) return launch_as<fp16, HEAD_DIM, Cfg>(p, stream);
+    return launch_as<bf16, HEAD_DIM, Cfg>(p, stream);
+  }
+
+  template <typename T, int HEAD_DIM, typename Cfg>
+  static Status launch_as(const AttentionParams& p, cudaStream_t stream) {
     // One configuration's window kernel spills on sm_90 (D = 64, <128, 128, 2>: 8 bytes): a window
     // call asked of it runs its neighbour <128, 64, 2>'s (the same queries per block, 64-key tiles),
     // and it has no window kernel of its own.
     constexpr bool kWindowElsewhere = HEAD_DIM == 64 && Cfg::BLOCK_M == 128 && Cfg::BLOCK_N == 128 && Cfg::STAGES == 2;
     if constexpr (kWindowElsewhere)
-      if (p.has_window() || p.has_score_mods()) return launch<HEAD_DIM, Config<128, 64, 2>>(p, stream);
+      if (p.has_window() || p.has_score_mods()) return launch_as<T, HEAD_DIM, Config<128, 64, 2>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     // A sliding window runs kernels of its own (WindowFlag: the range starts past tile 0, masked
     // tiles at both ends), score modifications theirs (WindowFlag, which takes any mask, and the Mods
     // kernel of the call's modification: one alone its own, several ScoreMods); every other call the
     // default policies'.
-    auto kernel = attention_kernel<HEAD_DIM, Cfg>;
+    auto kernel = attention_kernel<HEAD_DIM, Cfg, T>;
     if constexpr (!kWindowElsewhere) {
       if (p.has_score_mods())
-        kernel = with_score_mods(p, [](auto m) { return attention_kernel<HEAD_DIM, Cfg, WindowFlag, decltype(m)>; });
+        kernel = with_score_mods(p, [](auto m) { return attention_kernel<HEAD_DIM, Cfg, T, WindowFlag, decltype(m)>; });
       else if (p.has_window())
-        kernel = attention_kernel<HEAD_DIM, Cfg, WindowFlag>;
+        kernel = attention_kernel<HEAD_DIM, Cfg, T, WindowFlag>;
     }
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     dim3 grid;
@@ -282,6 +299,8 @@ const Capabilities kCaps = [] {
   c.softcap = c.alibi = c.sinks = true;  // ScoreMods' kernels (kernels/score_mod.h), forward and backward,
                                          // and the decode kernel's MODS ones
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
+  c.dtypes = built_dtypes();                        // bf16, and fp16 where the build compiles it;
+  c.decode_dtypes = decode::dtypes();               // the decode kernel's options at bf16 alone
   return c;
 }();
 

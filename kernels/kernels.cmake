@@ -7,9 +7,13 @@
 # a set of kernels to compile: a quick build takes one; "all" is every one). The default is the
 # lessons' two, 64 and 128, which CI builds; 32, 96, 192 and 256 are Part VI's (forward: kernels 100
 # and 101 all four; backward: kernel 100's and the Hopper one at 32 and 96; the decode kernel 32,
-# 96 and 192, and refuses 256 by name). FA_DTYPES the element types: bf16 for now.
+# 96 and 192, and refuses 256 by name). FA_DTYPES the element types of the production forwards: bf16 (the default,
+# which CI builds: the lessons, the backwards and the decode kernel are bf16, so it is always in the
+# list), and fp16 beside it ("bf16;fp16", or "all"), which compiles the forwards' kernels a second
+# time, at every head dim FA_HEAD_DIMS names; without it the forwards refuse fp16 by name. The decode
+# kernel and both backwards are bf16 whatever the option, and refuse fp16 by name.
 set(FA_HEAD_DIMS "64;128" CACHE STRING "head dims the production kernels are built for (some of: 32 64 96 128 192 256, or all)")
-set(FA_DTYPES "bf16" CACHE STRING "element types the production kernels are built for (bf16)")
+set(FA_DTYPES "bf16" CACHE STRING "element types the production forwards are built for (bf16, optionally fp16: bf16;fp16 or all)")
 set(fa_kernel_head_dims 32 64 96 128 192 256)
 if(FA_HEAD_DIMS STREQUAL "all")
   set(FA_HEAD_DIMS ${fa_kernel_head_dims})
@@ -23,10 +27,24 @@ foreach(d IN LISTS FA_HEAD_DIMS)
     message(FATAL_ERROR "FA_HEAD_DIMS: head dim ${d} has no production kernel yet (supported: ${supported})")
   endif()
 endforeach()
+set(fa_kernel_dtypes bf16 fp16)  # in DType's order: bit i of FA_KERNEL_DTYPE_MASK is DType value i
+if(FA_DTYPES STREQUAL "all")
+  set(FA_DTYPES ${fa_kernel_dtypes})
+endif()
 foreach(t IN LISTS FA_DTYPES)
-  if(NOT t STREQUAL "bf16")
-    message(FATAL_ERROR "FA_DTYPES: element type ${t} has no production kernel yet (supported: bf16)")
+  if(NOT t IN_LIST fa_kernel_dtypes)
+    string(REPLACE ";" " " supported "${fa_kernel_dtypes}")
+    message(FATAL_ERROR "FA_DTYPES: element type ${t} has no production kernel yet (supported: ${supported})")
   endif()
+endforeach()
+if(NOT "bf16" IN_LIST FA_DTYPES)
+  message(FATAL_ERROR "FA_DTYPES must include bf16 (got \"${FA_DTYPES}\"): the lessons, the backwards and the decode "
+                      "kernel are bf16; fp16 is built beside it (bf16;fp16)")
+endif()
+set(fa_dtype_mask 0)  # bit i for DType value i (kernels/launch.h)
+foreach(t IN LISTS FA_DTYPES)
+  list(FIND fa_kernel_dtypes ${t} i)
+  math(EXPR fa_dtype_mask "${fa_dtype_mask} | (1 << ${i})" OUTPUT_FORMAT HEXADECIMAL)
 endforeach()
 # The lessons' head dims among them: the steps a production kernel is checked against have no others.
 set(fa_step_head_dims ${FA_HEAD_DIMS})
@@ -35,13 +53,15 @@ set(fa_head_dim_mask 0)  # bit d/8 for head dim d (kernels/launch.h)
 foreach(d IN LISTS FA_HEAD_DIMS)
   math(EXPR fa_head_dim_mask "${fa_head_dim_mask} | (1 << (${d} / 8))" OUTPUT_FORMAT HEXADECIMAL)
 endforeach()
+# The definitions every kernel object takes, so that kernels/launch.h reads the same in all of them.
+set(fa_kernel_masks FA_KERNEL_HEAD_DIM_MASK=${fa_head_dim_mask}ull FA_KERNEL_DTYPE_MASK=${fa_dtype_mask}u)
 
 # The production backward on mma.sync (kernels/bwd_mma.cu, from step 23): one object library for every
 # architecture the build targets, registered by the mma.sync production kernel (its backward),
 # linked wherever the production kernels are.
 add_library(fa_kernel_bwd_mma OBJECT ${CMAKE_SOURCE_DIR}/kernels/bwd_mma.cu)
 target_link_libraries(fa_kernel_bwd_mma PUBLIC fa_library)
-target_compile_definitions(fa_kernel_bwd_mma PRIVATE FA_KERNEL_HEAD_DIM_MASK=${fa_head_dim_mask}ull)
+target_compile_definitions(fa_kernel_bwd_mma PRIVATE ${fa_kernel_masks})
 target_compile_options(fa_kernel_bwd_mma PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=177>)
 set_property(GLOBAL APPEND PROPERTY FA_KERNEL_TARGETS fa_kernel_bwd_mma)
 # The Hopper backward (kernels/bwd_hopper.cu, from step 24), sm_90a alone, registered by the Hopper
@@ -49,7 +69,7 @@ set_property(GLOBAL APPEND PROPERTY FA_KERNEL_TARGETS fa_kernel_bwd_mma)
 add_library(fa_kernel_bwd_hopper OBJECT ${CMAKE_SOURCE_DIR}/kernels/bwd_hopper.cu)
 set_target_properties(fa_kernel_bwd_hopper PROPERTIES CUDA_ARCHITECTURES 90a)
 target_link_libraries(fa_kernel_bwd_hopper PUBLIC fa_library)
-target_compile_definitions(fa_kernel_bwd_hopper PRIVATE FA_KERNEL_HEAD_DIM_MASK=${fa_head_dim_mask}ull)
+target_compile_definitions(fa_kernel_bwd_hopper PRIVATE ${fa_kernel_masks})
 target_compile_options(fa_kernel_bwd_hopper PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=177>)
 set_property(GLOBAL APPEND PROPERTY FA_KERNEL_TARGETS fa_kernel_bwd_hopper)
 
@@ -67,7 +87,7 @@ string(SUBSTRING ${fa_decode_build_id} 0 16 fa_decode_build_id)
 add_library(fa_kernel_decode OBJECT ${CMAKE_SOURCE_DIR}/kernels/fwd_decode.cu)
 target_link_libraries(fa_kernel_decode PUBLIC fa_library)
 target_compile_definitions(fa_kernel_decode PRIVATE FA_BUILD_ID="${fa_decode_build_id}"
-                                                    FA_KERNEL_HEAD_DIM_MASK=${fa_head_dim_mask}ull)
+                                                    ${fa_kernel_masks})
 target_compile_options(fa_kernel_decode PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=177>)
 set_property(GLOBAL APPEND PROPERTY FA_KERNEL_TARGETS fa_kernel_decode)
 
@@ -90,7 +110,7 @@ function(fa_production_kernel name source)
     set_target_properties(fa_kernel_${name} PROPERTIES CUDA_ARCHITECTURES "${A_ARCH}")
   endif()
   target_link_libraries(fa_kernel_${name} PUBLIC fa_library)
-  target_compile_definitions(fa_kernel_${name} PRIVATE FA_BUILD_ID="${build_id}" FA_KERNEL_HEAD_DIM_MASK=${fa_head_dim_mask}ull)
+  target_compile_definitions(fa_kernel_${name} PRIVATE FA_BUILD_ID="${build_id}" ${fa_kernel_masks})
   # A configuration at a head dim the build leaves out is never instantiated, so nvcc would warn
   # that the members of its Config type go unused (#177) in a build with fewer head dims.
   target_compile_options(fa_kernel_${name} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=177>)
@@ -137,8 +157,9 @@ set(fa_backward_tests ${CMAKE_SOURCE_DIR}/steps/17_backward_mma/tests/backward_t
                       ${CMAKE_SOURCE_DIR}/steps/18_backward_deterministic/tests/deterministic_test.cpp)
 
 # Step 10's rules, which the default policies must keep: tensor cores, ldmatrix, cp.async, no
-# local memory, and every kernel the HMMAs of one K/V tile.
-fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10 SAME_SKIP WindowFlag
+# local memory, and every kernel the HMMAs of one K/V tile. The bf16 instantiations are compared with
+# step 10 (the fp16 ones, __half in their names, have checks of their own below).
+fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10 SAME_SKIP "WindowFlag|__half"
   STATIC REQUIRE HMMA LDSM LDGSTS HMMA_PER_KV_TILE 64:2 KERNEL attention_kernel
   TESTS ${CMAKE_SOURCE_DIR}/tests/kernels/kernel_mma_test.cpp ${CMAKE_SOURCE_DIR}/tests/kernels/decode_test.cpp
         ${CMAKE_SOURCE_DIR}/steps/29_ragged_kv_cache/tests/ragged_kv_cache_test.cpp
@@ -150,7 +171,7 @@ fa_production_kernel(mma kernels/fwd_mma.cu SAME_AS_STEP 10 SAME_SKIP WindowFlag
 # Step 16's rules (sm_90a alone): wgmma, TMA loads and stores, mbarriers, setmaxnreg, no mma.sync
 # or cp.async, and step 16's instruction counts per configuration, UTMASTG included, for the
 # batched instantiations (the packed ones, for varlen calls, have no step 16 counterpart).
-fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16 SAME_SKIP "Packed|WindowFlag"
+fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16 SAME_SKIP "Packed|WindowFlag|__half"
   INS HGMMA UTMALDG UTMASTG MUFU.EX2 BAR.SYNC FENCE.VIEW.ASYNC.S
   STATIC REQUIRE HGMMA UTMALDG UTMASTG SYNCS USETMAXREG FORBID HMMA LDSM LDGSTS MAX_COUNT WARPGROUP.ARRIVE:4
          KERNEL attention_kernel
@@ -160,6 +181,37 @@ fa_production_kernel(hopper kernels/fwd_hopper.cu ARCH 90a SAME_AS_STEP 16 SAME_
         ${CMAKE_SOURCE_DIR}/steps/31_varlen/tests/varlen_test.cpp
         ${CMAKE_SOURCE_DIR}/steps/32_kv_append/tests/kv_append_test.cpp
         ${fa_backward_tests})
+
+# The fp16 forwards (FA_DTYPES=bf16;fp16): every rule above holds for them too (the checks of
+# static.kernels.mma and .hopper read every attention_kernel: no local memory, the HMMAs of a tile),
+# and here what is theirs: their tensor-core instructions are the fp16 forms, never a bf16 one (an
+# fp16 kernel that multiplies with the bf16 instruction reads its operands' bits as the other type),
+# and their counts of each instruction are the step's, configuration by configuration, as the bf16
+# kernels' are: the element type costs nothing.
+if(FA_BUILD_TESTS AND "fp16" IN_LIST FA_DTYPES)
+  fa_sass_check_command(cmd fa_kernel_mma REQUIRE HMMA LDSM LDGSTS FORBID HMMA.16816.F32.BF16
+                        HMMA_PER_KV_TILE 64:2 KERNEL "attention_kernel.*__half")
+  add_test(NAME static.kernels.mma.fp16 COMMAND ${cmd})
+  set_tests_properties(static.kernels.mma.fp16 PROPERTIES LABELS "static;kernels")
+  fa_sass_check_command(cmd fa_kernel_hopper REQUIRE HGMMA UTMALDG UTMASTG FORBID "HGMMA.64x[0-9]+x16.F32.BF16"
+                        KERNEL "attention_kernel.*__half")
+  add_test(NAME static.kernels.hopper.fp16 COMMAND ${cmd})
+  set_tests_properties(static.kernels.hopper.fp16 PROPERTIES LABELS "static;kernels")
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND AND fa_step_head_dims)
+    add_test(NAME static.kernels.mma.fp16_same_as_step10
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
+                     --kernel $<TARGET_OBJECTS:fa_kernel_mma> --step $<TARGET_OBJECTS:fa_step10> --skip WindowFlag
+                     --kernel-only __half --head-dims ${fa_step_head_dims})
+    add_test(NAME static.kernels.hopper.fp16_same_as_step16
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/static/same_counts.py --cuobjdump ${FA_CUOBJDUMP}
+                     --kernel $<TARGET_OBJECTS:fa_kernel_hopper> --step $<TARGET_OBJECTS:fa_step16>
+                     --ins HGMMA UTMALDG UTMASTG MUFU.EX2 BAR.SYNC FENCE.VIEW.ASYNC.S --skip "Packed|WindowFlag"
+                     --kernel-only __half --head-dims ${fa_step_head_dims})
+    set_tests_properties(static.kernels.mma.fp16_same_as_step10 static.kernels.hopper.fp16_same_as_step16
+                         PROPERTIES LABELS "static;kernels")
+  endif()
+endif()
 
 # The backward's rules: step 23's (tensor cores, ldmatrix, cp.async, no local memory; on sm_90 dQ
 # through vector atomics only), and step 23's instruction counts per configuration.

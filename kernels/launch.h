@@ -1,4 +1,4 @@
-// What every production kernel's host side shares: the head dims this build compiles, the softmax
+// What every production kernel's host side shares: the head dims and element types this build compiles, the softmax
 // scale in exp2 units, and the tuner's configuration list built from a kernel's Config types. The
 // lessons spell these out in each step; the production kernels take them from here.
 #pragma once
@@ -20,11 +20,31 @@
 #define FA_KERNEL_HEAD_DIM_MASK ((1ull << (64 / 8)) | (1ull << (128 / 8)))
 #endif
 
+// The element types this build instantiates the production forwards for: CMake's FA_DTYPES, passed
+// as FA_KERNEL_DTYPE_MASK, bit t set for DType value t (bf16 = 0 always: the lessons, the backwards
+// and the decode kernel are bf16). An fp16 kernel is not compiled without bit 1.
+#ifndef FA_KERNEL_DTYPE_MASK
+#define FA_KERNEL_DTYPE_MASK (1u << 0)
+#endif
+
 namespace fa::kernels {
 
 /// Whether this build compiles the production kernels at head dim `d`.
 constexpr bool head_dim_built(int d) {
   return d > 0 && d % 8 == 0 && d / 8 < 64 && ((uint64_t(FA_KERNEL_HEAD_DIM_MASK) >> (d / 8)) & 1) != 0;
+}
+
+/// Whether this build compiles the production forwards for element type `t`.
+constexpr bool dtype_built(DType t) {
+  return int(t) >= 0 && int(t) < 32 && ((unsigned(FA_KERNEL_DTYPE_MASK) >> int(t)) & 1u) != 0;
+}
+
+/// The element types this build compiles the production forwards for (their Capabilities::dtypes).
+inline std::vector<DType> built_dtypes() {
+  std::vector<DType> out;
+  for (DType t : {DType::bf16, DType::fp16})
+    if (dtype_built(t)) out.push_back(t);
+  return out;
 }
 
 /// Of the head dims a kernel implements, those this build compiles (its Capabilities::head_dims).

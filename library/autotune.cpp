@@ -39,14 +39,6 @@ bool all_have(const AttentionParams& p, Strides (*strides_of)(int64_t, int64_t, 
          same(p.o_stride, strides_of(p.heads_q, p.seqlen_q, p.head_dim));
 }
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::bf16:
-      return "bf16";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 std::string Key::str() const {

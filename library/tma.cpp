@@ -37,7 +37,7 @@ EncodeTiled encode_tiled() {
 }  // namespace
 
 Status make_tile_map(CUtensorMap* map, const char* what, const void* base, int64_t batch, int64_t heads, int64_t seqlen,
-                     int64_t head_dim, const Strides& strides, int box_rows) {
+                     int64_t head_dim, const Strides& strides, int box_rows, DType dtype) {
   // Innermost first: (D, N, H, B). Strides in bytes for dims 1..3; a dimension of size 1 is
   // never stepped along, so any legal stride does (16, the smallest, stands in for its own).
   const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(seqlen), cuuint64_t(heads), cuuint64_t(batch)};
@@ -57,9 +57,13 @@ Status make_tile_map(CUtensorMap* map, const char* what, const void* base, int64
   for (int i = 0; i < 3; ++i) byte_strides[i] = dims[i + 1] == 1 ? 16 : cuuint64_t(elem_strides[i]) * 2;
   const cuuint32_t box[4] = {cuuint32_t(kTmaBoxCols), cuuint32_t(box_rows), 1, 1};
   const cuuint32_t unit[4] = {1, 1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, byte_strides, box,
-                            unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  // The copy engine moves bytes and converts nothing: both types are 2 bytes an element, so strides,
+  // boxes and the zeros past N are the same. The map names the type all the same, as it is.
+  const CUtensorMapDataType type =
+      dtype == DType::fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult r =
+      encode(map, type, 4, const_cast<void*>(base), dims, byte_strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return Status::Unsupported(
         std::string("TMA cannot describe ") + what + " (sizes B=" + std::to_string(batch) +
@@ -95,13 +99,14 @@ Status make_qkv_tile_maps(QkvTileMaps* maps, const AttentionParams& p, int block
   const bool packed = p.cu_seqlens_q != nullptr;
   const int64_t batch = packed ? 1 : p.batch;
   const int64_t rows_q = packed ? p.total_q : p.seqlen_q, rows_kv = packed ? p.total_kv : p.seqlen_kv;
-  if (Status st = make_tile_map(&maps->q, "q", p.q, batch, p.heads_q, rows_q, p.head_dim, p.q_stride, block_m);
+  if (Status st = make_tile_map(&maps->q, "q", p.q, batch, p.heads_q, rows_q, p.head_dim, p.q_stride, block_m, p.dtype);
       !st.ok())
     return st;
-  if (Status st = make_tile_map(&maps->k, "k", p.k, batch, p.heads_kv, rows_kv, p.head_dim, p.k_stride, block_n);
+  if (Status st =
+          make_tile_map(&maps->k, "k", p.k, batch, p.heads_kv, rows_kv, p.head_dim, p.k_stride, block_n, p.dtype);
       !st.ok())
     return st;
-  return make_tile_map(&maps->v, "v", p.v, batch, p.heads_kv, rows_kv, p.head_dim, p.v_stride, block_n);
+  return make_tile_map(&maps->v, "v", p.v, batch, p.heads_kv, rows_kv, p.head_dim, p.v_stride, block_n, p.dtype);
 }
 
 }  // namespace fa

@@ -7,9 +7,9 @@
 // passes it to the kernel by value as a `const __grid_constant__ CUtensorMap`; one thread then
 // moves a whole tile with one instruction (device/ptx/tma.h).
 //
-// The course's maps: a (B, H, N, D) bf16 tensor with any element strides the validation accepts
-// (rows 16-byte aligned), as a 4-D map with dims (D, N, H, B) innermost first. One box is
-// (rows, 64): 64 bf16 = 128 bytes, one panel of WgmmaLayout (device/smem_tile.h), landing in the
+// The course's maps: a (B, H, N, D) bf16 (or fp16) tensor with any element strides the validation
+// accepts (rows 16-byte aligned), as a 4-D map with dims (D, N, H, B) innermost first. One box is
+// (rows, 64): 64 16-bit values = 128 bytes, one panel of WgmmaLayout (device/smem_tile.h), landing in the
 // 128-byte swizzle that wgmma reads; a D = 128 tile is two boxes. Rows at and past N lie outside
 // the tensor and arrive as zeros: a ragged last tile needs no mask on its loads, and never reads
 // the next head's rows.
@@ -26,12 +26,13 @@ namespace fa {
 /// Columns of one box: one 128-byte swizzle panel of bf16.
 constexpr int kTmaBoxCols = 64;
 
-/// Fills `map` for the (batch, heads, seqlen, head_dim) bf16 tensor at `base` with element strides
-/// `strides`, read in boxes of (box_rows, 64) in the 128-byte swizzle. Returns an error that names
-/// the tensor (`what`) when the driver cannot be reached or cannot describe it, and for a stride
-/// of 0 on a dimension longer than 1 (a broadcast), which is refused before the driver sees it.
+/// Fills `map` for the (batch, heads, seqlen, head_dim) tensor of `dtype` (bf16 unless asked) at
+/// `base` with element strides `strides`, read in boxes of (box_rows, 64) in the 128-byte swizzle.
+/// Returns an error that names the tensor (`what`) when the driver cannot be reached or cannot
+/// describe it, and for a stride of 0 on a dimension longer than 1 (a broadcast), which is refused
+/// before the driver sees it.
 Status make_tile_map(CUtensorMap* map, const char* what, const void* base, int64_t batch, int64_t heads, int64_t seqlen,
-                     int64_t head_dim, const Strides& strides, int box_rows);
+                     int64_t head_dim, const Strides& strides, int box_rows, DType dtype = DType::bf16);
 
 /// Columns of one fp32 box: 32 floats = 128 bytes, one 128-byte swizzle span.
 constexpr int kTmaAccumBoxCols = 32;
@@ -49,8 +50,8 @@ struct QkvTileMaps {
   CUtensorMap q, k, v;
 };
 
-/// make_tile_map for Q, K and V of `p` (packed sequences: one batch entry of total_q / total_kv
-/// rows); the first error, naming its tensor.
+/// make_tile_map for Q, K and V of `p` in `p.dtype` (packed sequences: one batch entry of total_q /
+/// total_kv rows); the first error, naming its tensor.
 Status make_qkv_tile_maps(QkvTileMaps* maps, const AttentionParams& p, int block_m, int block_n);
 
 }  // namespace fa

@@ -14,6 +14,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
 size_t element_bytes(DType t) {
   switch (t) {
     case DType::bf16:
+    case DType::fp16:
       return 2;
   }
   return 2;

@@ -25,7 +25,7 @@ constexpr u128 kAddressSpace = u128(1) << 64;
 constexpr int64_t kInt32Max = 0x7fffffff;
 // TMA tensor maps (library/tma.cpp): strides are 40-bit byte counts, multiples of 16.
 constexpr int64_t kTmaMaxStrideElements = (int64_t(1) << 39) - 8;
-constexpr int kElementBytes = 2;  // bf16, the one element type today
+constexpr int kElementBytes = 2;  // bf16 and fp16 alike: every DType is 16 bits wide
 constexpr int kLseBytes = 4;      // fp32
 
 // No iostreams on the library's paths (see library/autotune.cpp): plain string building only.
@@ -36,6 +36,28 @@ std::string list_dims(const std::vector<int>& dims) {
     s += std::to_string(dims[i]);
   }
   return s;
+}
+
+std::string list_dtypes(const std::vector<DType>& types) {
+  std::string s;
+  for (size_t i = 0; i < types.size(); ++i) s += (i ? ", " : "") + dtype_name(types[i]);
+  return s;
+}
+
+bool has_dtype(const std::vector<DType>& types, DType t) {
+  return std::find(types.begin(), types.end(), t) != types.end();
+}
+
+// The element type: one of the enum's (a DType cast from an integer may be neither), and one the
+// step is compiled for. `what` names the kernel in the refusal ("this step", "the backward").
+Status check_dtype(DType t, const std::vector<DType>& types, const std::string& what) {
+  if (!dtype_known(t))
+    return Status::Unsupported("invalid attention input: " + dtype_name(t) +
+                               " is not an element type (DType: 0 = bf16, 1 = fp16)");
+  if (!has_dtype(types, t))
+    return Status::Unsupported("invalid attention input: element type " + dtype_name(t) + " is not supported by " +
+                               what + "; supported: " + list_dtypes(types));
+  return Status::Ok();
 }
 
 std::string str(u128 x) {  // std::to_string has no 128-bit overload
@@ -129,7 +151,7 @@ Status check_strides(const Tensor& t, bool output, const Capabilities& caps) {
                   " stride (a broadcast); this step reads its inputs through TMA tensor maps, which need one row "
                   "per " +
                   kAxes[a] + " entry");
-    // 16-byte rows: every step loads a row of D bf16 values with 16-byte vector loads.
+    // 16-byte rows: every step loads a row of D 16-bit values with 16-byte vector loads.
     if (t.stride[a] % 8)
       return fail(std::string(t.name) + " strides must be multiples of 8 elements (16-byte aligned rows)");
     if (caps.tma && t.stride[a] > kTmaMaxStrideElements)
@@ -393,7 +415,7 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
     return fail("H_q (" + std::to_string(p.heads_q) + ") must be a multiple of H_kv (" + std::to_string(p.heads_kv) +
                 ")");
   if (p.heads_kv != p.heads_q && !caps.gqa) return fail("this step does not support H_kv < H_q");
-  if (p.dtype != DType::bf16) return fail("only bf16 is supported");
+  if (Status st = check_dtype(p.dtype, caps.dtypes, "this step"); !st.ok()) return st;
   if (p.causal && !caps.causal) return fail("this step does not support the causal mask");
   if (p.lse && !caps.lse) return fail("this step does not write LSE; pass lse = nullptr");
   if (!(p.effective_scale() > 0.0f) || !std::isfinite(p.effective_scale()))
@@ -478,6 +500,14 @@ Status validate_input(const AttentionParams& p, const Capabilities& caps) {
   if (p.seqlens_kv && !caps.seqlens_kv)
     return fail("this step gives every sequence seqlen_kv keys: seqlens_kv must be null (ragged caches are Part V's)");
   if (p.seqlens_kv && !aligned(p.seqlens_kv, 4)) return fail("seqlens_kv must be 4-byte aligned (int32)");
+  // The decode kernel behind those options may take fewer element types than the forward.
+  if ((p.num_splits > 1 || p.seqlens_kv || p.block_table) && caps.decode_max_packed_rows > 0 &&
+      !caps.decode_dtypes.empty() && !has_dtype(caps.decode_dtypes, p.dtype))
+    return fail(std::string(p.block_table  ? "a paged KV cache (block_table)"
+                            : p.seqlens_kv ? "a length per sequence (seqlens_kv)"
+                                           : "split-KV (num_splits > 1)") +
+                " is the decode kernel's here, which is built for " + list_dtypes(caps.decode_dtypes) +
+                " only; this call is " + dtype_name(p.dtype));
   if ((p.num_splits > 1 || p.seqlens_kv || p.block_table) && caps.decode_max_packed_rows > 0 && p.heads_kv > 0 &&
       p.seqlen_q * (p.heads_q / p.heads_kv) > caps.decode_max_packed_rows)
     return fail(std::string(p.block_table  ? "a paged KV cache (block_table)"
@@ -561,6 +591,9 @@ Status validate_backward(const BackwardParams& bp, const Capabilities& caps) {
   const AttentionParams& p = bp.fwd;
   if (!p.lse) return fail("the backward needs the forward's LSE: lse must be a non-null device pointer");
   if (!bp.d_o || !bp.dq || !bp.dk || !bp.dv) return fail("d_o, dq, dk and dv must be non-null device pointers");
+  // Before the forward's rules, so that the refusal names the backward: a forward may take a type
+  // (fp16) that no backward does yet.
+  if (Status st = check_dtype(p.dtype, caps.dtypes, "this backward"); !st.ok()) return st;
   if (bp.deterministic && !caps.deterministic_backward)
     return fail("this step's backward has no deterministic mode (its dQ atomics race); a later step adds it");
   // Part V's per-sequence options are the forward's: the backward reads every sequence whole.

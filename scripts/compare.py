@@ -30,7 +30,7 @@ import write_report as report  # noqa: E402
 ROOT = report.ROOT
 GEMM_N, COPY_BYTES, REF_CHUNK_BYTES = 8192, 1 << 30, 1 << 30
 SWEEP = ["steps", "n", "d", "b", "h", "tokens", "hidden", "iters", "warmup", "repeats", "slow_steps", "slow_max_n",
-         "max_ms_per_point", "point_budget_ms", "direction", "quick", "causal_only", "no_causal", "no_seed_shape"]
+         "max_ms_per_point", "point_budget_ms", "direction", "dtype", "quick", "causal_only", "no_causal", "no_seed_shape"]
 BWD_MAX_REL_NORM = 1e-2  # a backward's dQ, dK, dV against the fp32 backward: ‖g − ref‖/‖ref‖ (step 17's test limit)
 BENCH_KEYS = ("repeat", "median_ms", "min_ms", "max_ms", "iters", "tflops", "max_abs_err", "rel_err", "config")
 
@@ -96,6 +96,7 @@ def run_bench(fa2, steps, s, t, tag, names, meta, bwd=False):
                t["repeats"], "--iters", t["iters"], "--warmup", t["warmup"], "--slow-max-n", t["slow_max_n"],
                "--slow-steps", ",".join(map(str, t["slow_steps"])), "--max-ms-per-point", t["max_ms_per_point"],
                "--point-budget-ms", t["point_budget_ms"], "--direction", "bwd" if bwd else "fwd"]
+        cmd += ["--dtype", meta["dtype"]] if meta["dtype"] != "bf16" else []  # a baseline build may predate --dtype
         r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
         return bench_rows(path, r.returncode, r.stderr, steps, s, tag, names, meta, bwd)
 
@@ -171,7 +172,8 @@ class Torch:
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
         gen = torch.Generator(device="cuda").manual_seed(1234 + si)
-        q, k, v = (torch.randn((s["B"], s["H"], s["N"], s["D"]), device="cuda", dtype=torch.bfloat16, generator=gen)
+        dt = getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[meta["dtype"]])
+        q, k, v = (torch.randn((s["B"], s["H"], s["N"], s["D"]), device="cuda", dtype=dt, generator=gen)
                    for _ in range(3))
         ref, ref_lse = self.reference(q, k, v, s["causal"])
         for pid, label in report.REFS:
@@ -244,7 +246,8 @@ class Torch:
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
         gen = torch.Generator(device="cuda").manual_seed(4321 + si)
-        q, k, v, d_o = (torch.randn((s["B"], s["H"], s["N"], s["D"]), device="cuda", dtype=torch.bfloat16,
+        dt = getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[meta["dtype"]])
+        q, k, v, d_o = (torch.randn((s["B"], s["H"], s["N"], s["D"]), device="cuda", dtype=dt,
                                     generator=gen) for _ in range(4))
         ref = self.reference_bwd(q, k, v, d_o, s["causal"])
         norm = torch.linalg.vector_norm
@@ -297,7 +300,7 @@ def environment(args, plan, argv):
     import torch
     meta = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, cuda=torch.version.cuda,
                 sms=torch.cuda.get_device_properties(0).multi_processor_count, timing=plan["timing"],
-                tolerance=plan["tolerance"], tokens=int(args.tokens or 16384), hidden=int(args.hidden or 2048),
+                tolerance=plan["tolerance"], dtype=plan.get("dtype", "bf16"), tokens=int(args.tokens or 16384), hidden=int(args.hidden or 2048),
                 command=" ".join(["python3 scripts/compare.py"] + argv), triton="not installed",
                 commit=args.commit or (report.sh(["git", "rev-parse", "--short", "HEAD"]) or "unknown"),
                 date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
@@ -374,8 +377,9 @@ def run_gpu(args, fa2, plan, argv):
                 if s["run"]:
                     got, bench = run_bench(fa2, s["run"], s, plan["timing"], "", names, meta)
                     rows, raw = rows + got, raw + [dict(b, family=s["family"]) for b in bench]
-            for tag, path, steps in baselines:
-                rows += run_bench(path, steps, s, plan["timing"], tag, names, meta)[0]
+            for tag, path, steps in baselines:  # in the directions asked, as this build's steps
+                for d in (args.direction or "fwd").split(","):
+                    rows += run_bench(path, steps, s, plan["timing"], tag, names, meta, bwd=d == "bwd")[0]
             if s.get("run") or "fwd" in (args.direction or "fwd"):
                 rows += T.measure(si, s, skip, triton, package, meta)
             if "bwd" in (args.direction or ""):
@@ -447,7 +451,8 @@ def selftest(args, fa2):
     logs, readme, prefix = (os.path.join(out, x) for x in ("logs", "README.md", "compare_selftest"))
     os.makedirs(logs, exist_ok=True)
     meta = dict(gpu="NVIDIA H200 (fake data)", commit="selftest", date="2000-01-01 00:00 UTC", timing=plan["timing"],
-                tolerance=plan["tolerance"], sm_clock="1980 / 1980 / 1980 MHz", command="compare.py --selftest")
+                tolerance=plan["tolerance"], dtype=plan.get("dtype", "bf16"), sm_clock="1980 / 1980 / 1980 MHz",
+                command="compare.py --selftest")
     report.write(readme, f"# T\n{report.MARK_BEGIN}\nold table\n{report.MARK_END}\n## After\n")
     res, written = report.write_compare(fake_rows(plan, meta, logs), meta, out, "compare_selftest", readme)
     md, text = report.read(prefix + ".md"), report.read(readme)

@@ -220,7 +220,7 @@ def readme_block(res, meta, report_rel, plot_rels=()):
     cols = [("16k-tokens",) + next((p for p in pts if p[2] == 4096), pts[-1]) + (D, causal)
             for (D, causal), pts in res.groups().items()] or res.shapes()
     t = meta["timing"]
-    L = [f"bf16 forward{' and backward' * res.backward}, TFLOP/s, on {meta['gpu']} (commit `{meta['commit']}`, {meta['date']}); "
+    L = [f"{meta.get('dtype', 'bf16')} forward{' and backward' * res.backward}, TFLOP/s, on {meta['gpu']} (commit `{meta['commit']}`, {meta['date']}); "
          f"{'B·N = 16k tokens, H·D = 2048' if res.groups() else 'custom shapes'}. Full report with every N, the ratios "
          f"to SDPA and the plots: [{report_rel}]({report_rel}).", ""]
     L += table(["provider"] + [shape_text(*s, short=True) for s in cols],
@@ -272,7 +272,7 @@ def write_plot(res, meta, prefix):
         ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
-    fig.suptitle(f"Attention forward{' and backward' * res.backward}, bf16, TFLOP/s — {meta['gpu']}, "
+    fig.suptitle(f"Attention forward{' and backward' * res.backward}, {meta.get('dtype', 'bf16')}, TFLOP/s — {meta['gpu']}, "
                  f"commit {meta['commit']}")
     fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=6, frameon=False)
     fig.tight_layout(rect=(0, 0.06 + 0.025 * (len(handles) // 6), 1, 0.96))

@@ -10,7 +10,9 @@
 //
 // `--direction bwd` times the backward instead (the steps that have one, step 17 on), with the FLOPs
 // counted as flash-attention counts them: 2.5 × the forward's; `fwd,bwd` both. `--deterministic`
-// runs the backward points in the deterministic mode (steps without one are listed as unsupported). The backward is
+// runs the backward points in the deterministic mode (steps without one are listed as unsupported);
+// `--dtype fp16` gives every point fp16 tensors (the steps without fp16 are listed as unsupported,
+// and every backward, which is bf16 only). The backward is
 // checked by its tests against the fp64 reference (steps/17_backward_mma/tests), not here.
 //
 // `--list` prints the plan without a GPU (`--list --json`: the sweep, each point's FLOP count, the
@@ -80,6 +82,7 @@ struct Plan {
   TimingOptions timing;
   std::vector<bool> backward;  // the directions: false = forward, true = backward
   bool deterministic = false;  // --deterministic: the backward points run BackwardParams::deterministic
+  DType dtype = DType::bf16;   // --dtype: the element type of Q, K, V and O
 };
 
 // One (step, shape) of the plan: its verdict, and one Timing per repeat once it is timed.
@@ -128,8 +131,9 @@ std::string json_string(const std::string& v) {
   return out + "\"";
 }
 
-ProblemShape problem_shape(const BenchShape& s) {
+ProblemShape problem_shape(const BenchShape& s, DType dtype) {
   ProblemShape shape;
+  shape.dtype = dtype;
   shape.batch = s.batch;
   shape.heads_q = shape.heads_kv = s.heads;
   shape.seqlen_q = shape.seqlen_kv = s.seqlen;
@@ -199,6 +203,9 @@ Plan make_plan(const CliArgs& cli, bool ladder) {
   plan.timing.warmup = int(cli.get_int("warmup", ladder ? 2 : 3));
   plan.timing.flush_l2 = !cli.flag("no-flush");
   plan.deterministic = cli.flag("deterministic");
+  const std::string dtype = cli.get("dtype", "bf16");
+  if (dtype != "bf16" && dtype != "fp16") throw std::invalid_argument("--dtype is bf16 or fp16 (got '" + dtype + "')");
+  plan.dtype = dtype == "fp16" ? DType::fp16 : DType::bf16;
   const std::string directions = cli.get("direction", "fwd");
   for (const std::string& d : {std::string("fwd"), std::string("bwd")})
     if (("," + directions + ",").find("," + d + ",") != std::string::npos) plan.backward.push_back(d == "bwd");
@@ -214,7 +221,7 @@ std::vector<Point> plan_points(const Plan& plan) {
   std::vector<Point> points;
   for (size_t i = 0; i < plan.sweep.size(); ++i) {
     const BenchShape& s = plan.sweep[i];
-    const AttentionParams vp = validation_params(problem_shape(s));  // stand-in pointers, no GPU
+    const AttentionParams vp = validation_params(problem_shape(s, plan.dtype));  // stand-in pointers, no GPU
     for (bool backward : plan.backward)
       for (const StepInfo* st : plan.steps) {
         Point p;
@@ -227,6 +234,9 @@ std::vector<Point> plan_points(const Plan& plan) {
         if (backward && !st->backward) {
           p.status = "unsupported";
           p.note = "no backward: step " + std::to_string(st->number) + " teaches the forward only";
+        } else if (backward && plan.dtype != DType::bf16) {
+          p.status = "unsupported";
+          p.note = "no " + dtype_name(plan.dtype) + " backward: the backward kernels are bf16";
         } else if (backward && plan.deterministic && !st->caps.deterministic_backward) {
           p.status = "unsupported";
           p.note = "no deterministic backward in step " + std::to_string(st->number);
@@ -280,10 +290,10 @@ void print_plan_json(const Plan& plan, const std::vector<Point>& points) {
            "}";
   };
   std::ostringstream os;
-  os << "{\n  \"commit\": " << json_string(commit_id()) << ",\n  \"tolerance\": {\"o\": " << tol(bf16_tolerance())
-     << ", \"lse\": " << tol(lse_tolerance()) << "},\n  \"timing\": {\"warmup\": " << plan.timing.warmup
-     << ", \"iters\": " << plan.timing.iters << ", \"repeats\": " << plan.repeats
-     << ", \"flush_l2\": " << (plan.timing.flush_l2 ? "true" : "false")
+  os << "{\n  \"commit\": " << json_string(commit_id()) << ",\n  \"dtype\": " << json_string(dtype_name(plan.dtype))
+     << ",\n  \"tolerance\": {\"o\": " << tol(output_tolerance(plan.dtype)) << ", \"lse\": " << tol(lse_tolerance())
+     << "},\n  \"timing\": {\"warmup\": " << plan.timing.warmup << ", \"iters\": " << plan.timing.iters
+     << ", \"repeats\": " << plan.repeats << ", \"flush_l2\": " << (plan.timing.flush_l2 ? "true" : "false")
      << ", \"point_budget_ms\": " << num(plan.point_budget_ms) << ", \"max_ms_per_point\": " << num(plan.max_ms)
      << ", \"slow_max_n\": " << plan.slow_max_n << ", \"slow_steps\": [";
   for (size_t i = 0; i < plan.slow_steps.size(); ++i) os << (i ? ", " : "") << plan.slow_steps[i];
@@ -302,7 +312,7 @@ void print_plan_json(const Plan& plan, const std::vector<Point>& points) {
        << ", \"H\": " << s.heads << ", \"N\": " << s.seqlen << ", \"D\": " << s.head_dim
        << ", \"causal\": " << (s.causal ? "true" : "false");
     char flops[80];
-    const AttentionParams vp = validation_params(problem_shape(s));
+    const AttentionParams vp = validation_params(problem_shape(s, plan.dtype));
     std::snprintf(flops, sizeof flops, "%.17g, \"flops_bwd\": %.17g", attention_flops(vp),
                   attention_backward_flops(vp));
     os << ", \"flops\": " << flops;
@@ -381,7 +391,7 @@ Timing time_point(const Point& pt, const AttentionParams& p, const BackwardParam
 // rather than as a bias against whichever step ran last.
 void measure_shape(const Plan& plan, size_t i, std::vector<Point*>& points, Progress& bar, size_t& done) {
   const BenchShape& s = plan.sweep[i];
-  ProblemShape ps = problem_shape(s);
+  ProblemShape ps = problem_shape(s, plan.dtype);
   ps.seed = 2024 + i;
   ps.with_lse = true;
   AttentionProblem prob(ps);
@@ -473,13 +483,13 @@ void write_csv(const std::string& path, const Plan& plan, const std::vector<Poin
       const Timing* t = rep < p.times.size() ? &p.times[rep] : nullptr;
       auto opt = [](bool have, double v) { return have ? num(v) : std::string(); };
       csv << p.step->number << ',' << s.batch << ',' << s.heads << ',' << s.heads << ',' << s.seqlen << ',' << s.seqlen
-          << ',' << s.head_dim << ',' << (s.causal ? 1 : 0) << ",bf16," << opt(t, t ? t->median_ms : 0) << ','
-          << opt(t, t ? p.flops / (t->median_ms * 1e-3) / 1e12 : 0) << ',' << gpu << ',' << clock << ',' << commit
-          << ',' << csv_field(p.config) << ',' << rep << ',' << opt(t, t ? t->min_ms : 0) << ','
-          << opt(t, t ? t->max_ms : 0) << ',' << (t ? std::to_string(p.timing.iters) : "") << ','
-          << opt(p.max_abs_err >= 0, p.max_abs_err) << ',' << s.family << ',' << p.step->name << ','
-          << opt(p.rel_err >= 0, p.rel_err) << ',' << p.status << ',' << csv_field(p.note) << ','
-          << (p.backward ? "bwd" : "fwd") << '\n';
+          << ',' << s.head_dim << ',' << (s.causal ? 1 : 0) << ',' << dtype_name(plan.dtype) << ','
+          << opt(t, t ? t->median_ms : 0) << ',' << opt(t, t ? p.flops / (t->median_ms * 1e-3) / 1e12 : 0) << ',' << gpu
+          << ',' << clock << ',' << commit << ',' << csv_field(p.config) << ',' << rep << ','
+          << opt(t, t ? t->min_ms : 0) << ',' << opt(t, t ? t->max_ms : 0) << ','
+          << (t ? std::to_string(p.timing.iters) : "") << ',' << opt(p.max_abs_err >= 0, p.max_abs_err) << ','
+          << s.family << ',' << p.step->name << ',' << opt(p.rel_err >= 0, p.rel_err) << ',' << p.status << ','
+          << csv_field(p.note) << ',' << (p.backward ? "bwd" : "fwd") << '\n';
     }
   }
 }
@@ -495,14 +505,14 @@ std::string cell(const std::string& v) {
 // over the previous timed step on the same shape.
 void print_table(const Plan& plan, const std::vector<Point>& points) {
   if (plan.ladder)
-    std::printf("\nFlashAttention-2 step ladder — bf16 — %s — commit %s\n\n", gpu_description().c_str(),
-                commit_id().c_str());
+    std::printf("\nFlashAttention-2 step ladder — %s — %s — commit %s\n\n", dtype_name(plan.dtype).c_str(),
+                gpu_description().c_str(), commit_id().c_str());
   else
     std::printf(
-        "\nfa2 bench — %s — commit %s — bf16, median of %d runs (fewer above a %.0f ms budget), L2 %s, %d "
+        "\nfa2 bench — %s — commit %s — %s, median of %d runs (fewer above a %.0f ms budget), L2 %s, %d "
         "repeats\n\n",
-        gpu_description().c_str(), commit_id().c_str(), plan.timing.iters, plan.point_budget_ms,
-        plan.timing.flush_l2 ? "flushed" : "not flushed", plan.repeats);
+        gpu_description().c_str(), commit_id().c_str(), dtype_name(plan.dtype).c_str(), plan.timing.iters,
+        plan.point_budget_ms, plan.timing.flush_l2 ? "flushed" : "not flushed", plan.repeats);
   std::printf(
       "| step |%s shape | max err | rel err | ms (per repeat) | TFLOP/s | spread | × previous | check | config |\n",
       plan.ladder ? " lesson |" : "");
@@ -545,7 +555,7 @@ int run_bench(const std::vector<std::string>& args, bool ladder) {
       args,
       {"causal-only", "no-causal", "no-seed-shape", "dry-run", "list", "json", "no-flush", "quick", "deterministic"},
       {"steps", "n", "d", "b", "h", "tokens", "hidden", "csv", "iters", "warmup", "repeats", "slow-steps", "slow-max-n",
-       "max-ms-per-point", "point-budget-ms", "direction"});
+       "max-ms-per-point", "point-budget-ms", "direction", "dtype"});
   const Plan plan = make_plan(cli, ladder);
   std::vector<Point> points = plan_points(plan);
   if (cli.flag("json") && !cli.flag("list")) throw std::invalid_argument("--json goes with --list (timings: --csv)");

@@ -179,6 +179,7 @@ void usage() {
          "        [--slow-steps 0,1,2] [--max-ms-per-point 1000] [--point-budget-ms 1000]\n"
          "        [--tokens 16384 --hidden 2048] [--no-seed-shape] [--no-flush] [--direction fwd|bwd|fwd,bwd]\n"
          "        [--deterministic]               the backward's deterministic mode (step 18 on)\n"
+         "        [--dtype bf16|fp16]             Q, K, V and O's type (fp16: the forward of kernels 100/101)\n"
          "        [--list [--json]]               every step over a sweep: B·N = 16k tokens, H·D = 2048,\n"
          "                                        N = 1k..16k, D = 64/128, causal or not; + B=2 H=16 N=4k;\n"
          "                                        --list: the plan (no GPU), --json: with FLOPs, tolerances\n"

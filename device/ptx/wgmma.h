@@ -1,7 +1,7 @@
 // Warpgroup matrix multiply (Hopper, sm_90a): four consecutive warps, a "warpgroup" of 128 threads
 // starting at a warp index divisible by 4, issue one `wgmma.mma_async` together, and the tensor
-// cores compute D = A·B + D for a 64 × N tile with K = 16 (bf16 inputs, fp32 accumulators in
-// registers). Unlike mma.sync the instruction is asynchronous: it returns before the product is
+// cores compute D = A·B + D for a 64 × N tile with K = 16 (bf16 or fp16 inputs, fp32 accumulators
+// in registers). Unlike mma.sync the instruction is asynchronous: it returns before the product is
 // done, and its accumulators may be read (or its shared operands overwritten) only after
 // `wgmma.wait_group`.
 //
@@ -48,7 +48,8 @@
 
 #include <cstdint>
 
-#include "device/mask.h"  // FA_HD
+#include "device/mask.h"     // FA_HD
+#include "device/ptx/mma.h"  // kIsFp16
 #include "device/ptx/sm90.h"
 
 namespace fa::ptx {
@@ -139,17 +140,11 @@ __device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[F][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[f][e])::"memory");
 }
 
-/// d (64 × N fp32, N / 2 registers per thread as N / 8 fragments of 4) = A·B (+ d when
-/// `accumulate`): A 64×16 and B 16×N, both K-major bf16 in shared memory, given by descriptors.
-template <int N>
-__device__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate);
-/// The same with A (64×16 bf16, mma.sync's A fragment per warp) in registers and B MN-major.
-template <int N>
-__device__ void wgmma_rs_mn(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate);
-/// The same with both A and B MN-major in shared memory (imm-trans-a = imm-trans-b = 1): A is
-/// stored as its transpose, 16 K-rows of 64 M values each (the backward's dSᵀ, read as dS).
-template <int N>
-__device__ void wgmma_ss_mn(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate);
+// The wrappers, one function per operand form, for each wrapped N and each element type of A and B:
+// bf16 (`.f32.bf16.bf16`) and fp16 (`.f32.f16.f16`) take the same descriptors, registers and
+// accumulator layout, so only the instruction's name differs. Each form's asm is written once, as a
+// macro of the type's name (TY) spliced into the string; the function picks the one its N and Elem
+// ask for at compile time.
 
 // The operand lists, written once: the accumulator registers of fragments f .. f + 7 ("+f": the
 // wgmma reads and writes them), and the asm names of the first and the second 32 of them.
@@ -165,49 +160,80 @@ __device__ void wgmma_ss_mn(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc
   "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 // scale-d comes from a predicate: 0 on the first k step overwrites d instead of accumulating.
 #define FA_WG_PRED(k) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #k ", 0;\n"
+// The instruction for shape m64nNk16 with A and B of type TY ("bf16" or "f16"), fp32 accumulators.
+#define FA_WG_MMA(n, TY) "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." TY "." TY " {"
 
-template <>
-__device__ __forceinline__ void wgmma_ss<64>(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  FA_SM90A_ASM(FA_WG_PRED(34) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" FA_WG_REGS_0_31
-                              "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-               : FA_WG_ACC32(0)
-               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+#define FA_WG_SS_64(TY)                                                                            \
+  FA_SM90A_ASM(FA_WG_PRED(34) FA_WG_MMA(64, TY) FA_WG_REGS_0_31 "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
+               : FA_WG_ACC32(0)                                                                    \
+               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)))
+#define FA_WG_SS_128(TY)                                                                            \
+  FA_SM90A_ASM(FA_WG_PRED(66) FA_WG_MMA(128, TY) FA_WG_REGS_0_31 ", " FA_WG_REGS_32_63              \
+                                                                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+               : FA_WG_ACC32(0), FA_WG_ACC32(8)                                                     \
+               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)))
+#define FA_WG_RS_MN_64(TY)                                                                                       \
+  FA_SM90A_ASM(FA_WG_PRED(37) FA_WG_MMA(64, TY) FA_WG_REGS_0_31 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n" \
+               : FA_WG_ACC32(0)                                                                                  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)))
+#define FA_WG_RS_MN_128(TY)                                                                                       \
+  FA_SM90A_ASM(FA_WG_PRED(69) FA_WG_MMA(128, TY) FA_WG_REGS_0_31 ", " FA_WG_REGS_32_63                            \
+                                                                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
+               : FA_WG_ACC32(0), FA_WG_ACC32(8)                                                                   \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)))
+#define FA_WG_SS_MN_64(TY)                                                                         \
+  FA_SM90A_ASM(FA_WG_PRED(34) FA_WG_MMA(64, TY) FA_WG_REGS_0_31 "}, %32, %33, p, 1, 1, 1, 1;\n}\n" \
+               : FA_WG_ACC32(0)                                                                    \
+               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)))
+
+/// d (64 × N fp32, N / 2 registers per thread as N / 8 fragments of 4) = A·B (+ d when
+/// `accumulate`): A 64×16 and B 16×N, both K-major Elem (bf16 or fp16) in shared memory, given by
+/// descriptors. N = 64 or 128.
+template <int N, typename Elem = __nv_bfloat16>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  static_assert(N == 64 || N == 128, "the wgmma shapes wrapped: N = 64, 128");
+  if constexpr (N == 64 && kIsFp16<Elem>)
+    FA_WG_SS_64("f16");
+  else if constexpr (N == 64)
+    FA_WG_SS_64("bf16");
+  else if constexpr (kIsFp16<Elem>)
+    FA_WG_SS_128("f16");
+  else
+    FA_WG_SS_128("bf16");
 }
 
-template <>
-__device__ __forceinline__ void wgmma_rs_mn<64>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
-                                                bool accumulate) {
-  FA_SM90A_ASM(FA_WG_PRED(37) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" FA_WG_REGS_0_31
-                              "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-               : FA_WG_ACC32(0)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+/// The same with A (64×16 of Elem, mma.sync's A fragment per warp) in registers and B MN-major.
+template <int N, typename Elem = __nv_bfloat16>
+__device__ __forceinline__ void wgmma_rs_mn(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                            bool accumulate) {
+  static_assert(N == 64 || N == 128, "the wgmma shapes wrapped: N = 64, 128");
+  if constexpr (N == 64 && kIsFp16<Elem>)
+    FA_WG_RS_MN_64("f16");
+  else if constexpr (N == 64)
+    FA_WG_RS_MN_64("bf16");
+  else if constexpr (kIsFp16<Elem>)
+    FA_WG_RS_MN_128("f16");
+  else
+    FA_WG_RS_MN_128("bf16");
 }
 
-template <>
-__device__ __forceinline__ void wgmma_ss_mn<64>(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  FA_SM90A_ASM(FA_WG_PRED(34) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" FA_WG_REGS_0_31
-                              "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
-               : FA_WG_ACC32(0)
-               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+/// The same with both A and B MN-major in shared memory (imm-trans-a = imm-trans-b = 1): A is
+/// stored as its transpose, 16 K-rows of 64 M values each (the backward's dSᵀ, read as dS). N = 64.
+template <int N, typename Elem = __nv_bfloat16>
+__device__ __forceinline__ void wgmma_ss_mn(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  static_assert(N == 64, "the wgmma shape wrapped: N = 64");
+  if constexpr (kIsFp16<Elem>)
+    FA_WG_SS_MN_64("f16");
+  else
+    FA_WG_SS_MN_64("bf16");
 }
 
-template <>
-__device__ __forceinline__ void wgmma_ss<128>(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  FA_SM90A_ASM(FA_WG_PRED(66) "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" FA_WG_REGS_0_31
-                              ", " FA_WG_REGS_32_63 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-               : FA_WG_ACC32(0), FA_WG_ACC32(8)
-               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_rs_mn<128>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b,
-                                                 bool accumulate) {
-  FA_SM90A_ASM(FA_WG_PRED(69) "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" FA_WG_REGS_0_31
-                              ", " FA_WG_REGS_32_63 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-               : FA_WG_ACC32(0), FA_WG_ACC32(8)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
-}
-
+#undef FA_WG_SS_64
+#undef FA_WG_SS_128
+#undef FA_WG_RS_MN_64
+#undef FA_WG_RS_MN_128
+#undef FA_WG_SS_MN_64
+#undef FA_WG_MMA
 #undef FA_WG_ACC4
 #undef FA_WG_ACC32
 #undef FA_WG_REGS_0_31

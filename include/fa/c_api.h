@@ -51,8 +51,10 @@ extern "C" {
 /// with the score modifications' `softcap`, `alibi_slopes`, `alibi_slopes_stride_batch` and `sinks`
 /// (older forward structs are taken without them), and turns the first of
 /// `fa_backward_params::reserved` into `dsinks` (the backward struct, which holds the forward one,
-/// grows with it: its size must be this version's).
-#define FA_C_API_VERSION 9
+/// grows with it: its size must be this version's). Version 10 adds `FA_DTYPE_FP16`, taken by the
+/// production forwards where the library is built with it (FA_DTYPES) and refused by name elsewhere;
+/// the structs are unchanged.
+#define FA_C_API_VERSION 10
 
 /// @brief The step argument that asks the library to choose: the fastest kernel this GPU runs that
 /// accepts the call: the production kernels first (101 on Hopper, 100 on mma.sync), then the steps,
@@ -91,7 +93,8 @@ enum {
 
 /// @brief Values of `fa_attention_params::dtype` (see `fa::DType`).
 enum {
-  FA_DTYPE_BF16 = 0,  ///< bfloat16 Q, K, V and O
+  FA_DTYPE_BF16 = 0,  ///< bfloat16 Q, K, V and O (every step)
+  FA_DTYPE_FP16 = 1,  ///< IEEE half Q, K, V and O (the production forwards, where the library is built with it)
 };
 
 /// @brief One forward attention call; the C mirror of `fa::AttentionParams`.
@@ -125,7 +128,7 @@ typedef struct fa_attention_params {
   float softmax_scale;   ///< softmax temperature; 0 means 1/sqrt(D)
   int32_t causal;        ///< non-zero: apply the causal mask
   int32_t causal_align;  ///< FA_CAUSAL_TOP_LEFT or FA_CAUSAL_BOTTOM_RIGHT
-  int32_t dtype;         ///< FA_DTYPE_BF16
+  int32_t dtype;         ///< FA_DTYPE_BF16 or FA_DTYPE_FP16 (a step compiled without it refuses the call)
 
   /// Split-KV (decode): device scratch memory for the partial results of calls whose keys the
   /// library splits across blocks, at least `fa_forward_workspace_size(p)` bytes, 16-byte aligned;

@@ -12,10 +12,32 @@
 
 namespace fa {
 
-/// @brief Element type of Q, K, V and O. LSE is always fp32.
+/// @brief Element type of Q, K, V and O. LSE is always fp32, and so is every sum inside the kernels.
+///
+/// Both are 16 bits wide, so sizes, strides and alignment rules are the same for either. bf16 keeps
+/// fp32's range with 8 significant bits; fp16 has 11 bits but stops at 65504 (inputs past it are
+/// inf before any kernel sees them). Every step takes bf16; the production forwards take fp16 too
+/// where the build compiles them (FA_DTYPES): `Capabilities::dtypes` says which a step takes.
 enum class DType : int {
-  bf16 = 0,  ///< bfloat16 storage, fp32 compute (the only type the course builds today)
+  bf16 = 0,  ///< bfloat16 storage, fp32 compute
+  fp16 = 1,  ///< IEEE half storage, fp32 compute (the production forwards, when built: FA_DTYPES)
 };
+
+/// @brief "bf16", "fp16", or "dtype N" for a value outside the enum (a cast integer).
+inline std::string dtype_name(DType t) {
+  switch (t) {
+    case DType::bf16:
+      return "bf16";
+    case DType::fp16:
+      return "fp16";
+  }
+  return "dtype " + std::to_string(int(t));
+}
+
+/// @brief Whether `t` is one of the enum's values (a DType cast from an integer may be neither).
+inline bool dtype_known(DType t) {
+  return t == DType::bf16 || t == DType::fp16;
+}
 
 /// @brief Which query sees which key when causal masking is on and N_q differs from N_kv.
 ///
@@ -184,7 +206,8 @@ inline void set_bhnd_strides(AttentionParams& p) {
 /// @brief The backward pass: the forward's call (`fwd`: q, k, v, its output o and its LSE, which
 /// the backward needs, sizes, scale and mask) with dL/dO, and where dQ, dK and dV go. dO, dQ have
 /// O's and Q's shape (B, H_q, N_q, D); dK, dV have K's (B, H_kv, N_kv, D): with H_kv < H_q each
-/// is the sum over the query heads that share the KV head. bf16, each through its own strides.
+/// is the sum over the query heads that share the KV head. In `fwd.dtype` (bf16: the backwards take
+/// no other type), each through its own strides.
 struct BackwardParams {
   AttentionParams fwd;        ///< the forward call; `o` and `lse` are read, not written
   const void* d_o = nullptr;  ///< device pointer: dL/dO, (B, H_q, N_q, D)

@@ -15,10 +15,13 @@ namespace fa {
 /// @brief What a step supports. Inputs outside this set are refused with a clear `Status`.
 struct Capabilities {
   std::vector<int> head_dims{64, 128};  ///< head dims the step is compiled for
-  bool causal = false;                  ///< supports `AttentionParams::causal`
-  bool lse = false;                     ///< writes `AttentionParams::lse` when it is non-null
-  bool gqa = true;                      ///< supports H_kv < H_q
-  bool tensor_cores = false;            ///< its matmuls run on tensor cores (informational)
+  /// Element types of Q, K, V and O (AttentionParams::dtype) the step is compiled for: bf16 for
+  /// every lesson; the production forwards add fp16 where the build compiles it (FA_DTYPES).
+  std::vector<DType> dtypes{DType::bf16};
+  bool causal = false;        ///< supports `AttentionParams::causal`
+  bool lse = false;           ///< writes `AttentionParams::lse` when it is non-null
+  bool gqa = true;            ///< supports H_kv < H_q
+  bool tensor_cores = false;  ///< its matmuls run on tensor cores (informational)
   /// Largest element count of any one tensor the step indexes correctly (0: no limit).
   int64_t max_tensor_elements = 0;
   /// Largest N_q and N_kv the step's kernels index (0: no limit), e.g. 32-bit row indices.
@@ -67,6 +70,10 @@ struct Capabilities {
   /// Where split-KV, lengths per sequence and paged caches are a decode kernel's (the production forwards): only
   /// for calls with N_q·H_q/H_kv at most this many query rows per KV head. 0: any call.
   int64_t decode_max_packed_rows = 0;
+  /// Where those options are a decode kernel's (decode_max_packed_rows > 0): the element types it
+  /// is compiled for. A call of another of `dtypes` that asks for split-KV, a length per sequence or
+  /// a paged cache is refused by name. Empty: all of `dtypes`.
+  std::vector<DType> decode_dtypes;
 };
 
 /// @brief Signature of every step's forward function. Runs asynchronously on `stream`.
@@ -137,7 +144,8 @@ struct StepRegistrar {
   const ::fa::StepRegistrar fa_step_registrar_{::fa::StepInfo __VA_ARGS__}; \
   }
 
-/// @brief Checks `params` against `caps` and the rules every step shares: non-null pointers,
+/// @brief Checks `params` against `caps` and the rules every step shares: non-null pointers, an
+/// element type of the DType enum that the step is compiled for (`caps.dtypes`),
 /// positive sizes whose products fit (computed in 128 bits), divisible head groups, unit dim
 /// stride, 16-byte aligned rows, tensors inside the address space, an output whose elements never
 /// share an address and that shares no byte with the inputs, the step's launch limits

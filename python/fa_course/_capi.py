@@ -18,9 +18,9 @@ from typing import Optional, Sequence
 OK, ERROR_INVALID, ERROR_UNSUPPORTED, ERROR_RUNTIME = 0, 1, 2, 3
 # fa_attention_params::causal_align, ::dtype
 CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1
-DTYPE_BF16 = 0
+DTYPE_BF16, DTYPE_FP16 = 0, 1
 STEP_AUTO = -1  # FA_STEP_AUTO: the library chooses the kernel
-API_VERSION = 9  # FA_C_API_VERSION this module was written against
+API_VERSION = 10  # FA_C_API_VERSION this module was written against
 # The most query rows per KV head (N_q·H_q/H_kv) the library's decode kernel takes
 # (library/split_kv.h's kDecodeMaxPackedRows): a call with more never gets a split workspace.
 DECODE_MAX_PACKED_ROWS = 64
@@ -193,17 +193,18 @@ def make_params(*, q: int, k: int, v: int, o: int, lse: int, batch: int, heads_q
                 seqlen_q: int, seqlen_kv: int, head_dim: int, strides: Sequence[Sequence[int]],
                 softmax_scale: float = 0.0, causal: bool = False, bottom_right: bool = False,
                 window: Sequence[int] = (-1, -1), softcap: float = 0.0, alibi_slopes: int = 0,
-                alibi_slopes_stride_batch: int = 0, sinks: int = 0) -> Params:
+                alibi_slopes_stride_batch: int = 0, sinks: int = 0, dtype: int = DTYPE_BF16) -> Params:
     """A filled fa_attention_params: pointers as integers (0 = NULL), strides[tensor][axis] in elements
     for Q, K, V, O and the axes (batch, head, sequence, dim); the score modifications' cap, and their
-    fp32 arrays' device pointers (ALiBi slopes with their batch stride, sinks)."""
+    fp32 arrays' device pointers (ALiBi slopes with their batch stride, sinks); the element type
+    (DTYPE_BF16 or DTYPE_FP16: the library refuses a type the step is not built for)."""
     p = Params()  # zeroed: no split, no lengths, no pages
     # The scale as C converts it to fp32: a double past fp32's range becomes ±inf (which the library
     # refuses), where struct's "f" would raise OverflowError.
     scale = ctypes.c_float(float(softmax_scale)).value
     _PACK.pack_into(p, 0, ctypes.sizeof(Params), q or 0, k or 0, v or 0, o or 0, lse or 0, batch, heads_q, heads_kv, seqlen_q, seqlen_kv,
                     head_dim, *(int(x) for row in strides for x in row), scale, 1 if causal else 0,
-                    CAUSAL_BOTTOM_RIGHT if bottom_right else CAUSAL_TOP_LEFT, DTYPE_BF16)
+                    CAUSAL_BOTTOM_RIGHT if bottom_right else CAUSAL_TOP_LEFT, int(dtype))
     if window[0] != -1 or window[1] != -1:  # a sliding window (flash-attn's window_size): the library judges it
         p.has_window, p.window_left, p.window_right = 1, int(window[0]), int(window[1])
     if softcap or alibi_slopes or sinks:  # the score modifications: the library judges them

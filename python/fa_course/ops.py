@@ -22,6 +22,11 @@ _FP32_ROUNDS_TO_ZERO = 2.0 ** -150
 # A head dim no kernel has at all (80, say) is the library's to refuse, as unsupported input.
 _BACKWARD_HEAD_DIMS = (32, 64, 96, 128)
 _FORWARD_ONLY_HEAD_DIMS = (192, 256)
+# The element types: bf16 everywhere; fp16 in the production forwards where the library is built with
+# it (FA_DTYPES=bf16;fp16; elsewhere the library refuses it by name). The backwards, the decode kernel's
+# options and every lesson are bf16 alone: an fp16 call that would need a gradient is refused here,
+# before its forward runs.
+_DTYPES = {torch.bfloat16: _capi.DTYPE_BF16, torch.float16: _capi.DTYPE_FP16}
 
 
 def _strides(t: torch.Tensor) -> list:
@@ -43,7 +48,7 @@ def _params(q, k, v, o, lse, causal, bottom_right, softmax_scale, window=(-1, -1
         q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr() if lse is not None else 0,
         batch=b, heads_q=h_q, heads_kv=k.shape[2], seqlen_q=n_q, seqlen_kv=k.shape[1], head_dim=d,
         strides=[_strides(q), _strides(k), _strides(v), _strides(o)], softmax_scale=softmax_scale, causal=causal,
-        bottom_right=bottom_right, window=window, **extra)
+        bottom_right=bottom_right, window=window, dtype=_DTYPES[q.dtype], **extra)
 
 
 def _check_mods(q, softcap, alibi_slopes, sinks, batch_heads=None):
@@ -77,9 +82,11 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, paged: bool = Fals
             raise ValueError(f"fa_course.{fn}: {name} must be 4-D (B, N, H, D), got shape {tuple(t.shape)}")
         if not t.is_cuda:
             raise ValueError(f"fa_course.{fn}: {name} must be a CUDA tensor, got device {t.device}")
-        if t.dtype != torch.bfloat16:
-            raise ValueError(f"fa_course.{fn}: {name} must be bfloat16 (the course's kernels take bf16 only so "
-                             f"far: cast with .to(torch.bfloat16)), got {t.dtype}")
+        if t.dtype not in _DTYPES:
+            raise ValueError(f"fa_course.{fn}: {name} must be bfloat16 (every kernel) or float16 (the production "
+                             f"forwards, no gradient yet): cast with .to(torch.bfloat16), got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"fa_course.{fn}: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"fa_course.{fn}: q, k, v on different devices ({q.device}, {k.device}, {v.device})")
     if k.shape != v.shape:
@@ -214,6 +221,9 @@ def _check_backward(grad_o, q, k, v, o, lse) -> None:
     forward's shapes and dtypes (the library reads them through q's sizes)."""
     _check(q, k, v)
     b, n_q, h_q, _ = q.shape
+    if q.dtype != torch.bfloat16:
+        raise NotImplementedError(f"fa_course.attention backward: no backward in {q.dtype} yet (the backwards are "
+                                  "bfloat16 alone)")
     for name, t in (("grad_o", grad_o), ("o", o)):
         if t.shape != q.shape or t.dtype != torch.bfloat16 or t.device != q.device:
             raise ValueError(f"fa_course.attention backward: {name} must be bfloat16 {tuple(q.shape)} on {q.device}, "
@@ -348,7 +358,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               causal_align: str = "top_left", softmax_scale: Optional[float] = None, return_lse: bool = False,
               step: Optional[int] = None, deterministic: bool = False, window_size=(-1, -1), softcap: float = 0.0,
               alibi_slopes: Optional[torch.Tensor] = None, sinks: Optional[torch.Tensor] = None):
-    """softmax(scale · q·kᵀ [+ causal mask]) · v for (B, N, H, D) bf16 CUDA tensors.
+    """softmax(scale · q·kᵀ [+ causal mask]) · v for (B, N, H, D) bf16 CUDA tensors, or fp16 ones
+    (forward only: the production kernels, where the library is built with fp16, FA_DTYPES).
 
     causal_align: "top_left" (key j visible to query i when j <= i, PyTorch's is_causal) or
     "bottom_right" (j <= i + N_kv − N_q, flash-attn's). softmax_scale: default 1/sqrt(D).
@@ -385,6 +396,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                          "default 1/sqrt(D)); the library refuses other non-positive or non-finite scales itself")
     grad = _needs_grad(q, k, v)
     sink_grad = sinks is not None and torch.is_grad_enabled() and sinks.requires_grad
+    if (grad or sink_grad) and q.dtype == torch.float16:
+        raise NotImplementedError("fa_course.attention: no backward in float16 yet (the backwards are bfloat16 "
+                                  "alone); run the forward under torch.no_grad() or with inputs that do not require "
+                                  "grad, or train in bfloat16")
     if (grad or sink_grad) and q.dim() == 4 and q.shape[-1] in _FORWARD_ONLY_HEAD_DIMS:
         raise NotImplementedError(f"fa_course.attention: no backward at head dim {q.shape[-1]} yet (the backwards "
                                   f"have {' and '.join(map(str, _BACKWARD_HEAD_DIMS))}); run the forward under "
@@ -454,8 +469,10 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
                     return_attn_probs: bool = False, *, return_lse: bool = False,
                     learnable_sink: Optional[torch.Tensor] = None):
     """flash-attn's `flash_attn_func`, same names, order and layout: q (B, N_q, H_q, D), k and v
-    (B, N_kv, H_kv, D), bf16 on a CUDA GPU; GQA by head counts; `causal` aligned bottom-right (the
-    last query sees every key), as flash-attn does. The library chooses the kernel.
+    (B, N_kv, H_kv, D), bf16 on a CUDA GPU, or fp16 for the forward alone (where the library is built
+    with it; a gradient at fp16 raises NotImplementedError before anything runs); GQA by head counts;
+    `causal` aligned bottom-right (the last query sees every key), as flash-attn does. The library
+    chooses the kernel.
 
     Options the course does not have yet refuse with NotImplementedError instead of being ignored:
     dropout_p > 0, return_attn_probs. window_size (flash-attn's sliding window, aligned bottom-right
@@ -686,6 +703,10 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         raise NotImplementedError(f"fa_course.{fn}: inference only (no backward for a KV cache call); call it "
                                   "under torch.no_grad(), or with inputs that need no gradient")
     paged = block_table is not None
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != torch.bfloat16:  # the decode kernel, which reads the caches' lengths, is bf16 alone
+            raise ValueError(f"fa_course.{fn}: {name} must be bfloat16 (a KV cache call runs the decode kernel, "
+                             f"built for bf16 alone: cast with .to(torch.bfloat16)), got {t.dtype}")
     _check(q, k_cache, v_cache, paged, fn)
     mods = _check_mods(q, softcap, alibi_slopes.float().contiguous() if alibi_slopes is not None else None,
                        learnable_sink.detach().float().contiguous() if learnable_sink is not None else None)

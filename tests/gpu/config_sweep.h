@@ -46,8 +46,9 @@ inline std::vector<ProblemShape> config_sweep_shapes(bool with_lse) {
 }
 
 // Every config of `step`'s tuner on every sweep shape, at every head dim the step has. A config that does not fit
-// this GPU's shared memory is not run: the test then ends SKIPPED and names it, never passes.
-inline void expect_every_config_matches(const StepInfo& step) {
+// this GPU's shared memory is not run: the test then ends SKIPPED and names it, never passes. `dtype`: the
+// inputs' and O's element type (fp16: the production forwards' other instantiations), O held to its rule.
+inline void expect_every_config_matches(const StepInfo& step, DType dtype = DType::bf16) {
   FA_REQUIRE_GPU();
   const tuner::Tuner* tuner = tuner::find_tuner(step.number);
   ASSERT_NE(tuner, nullptr) << "step " << step.number << " registers no tuner";
@@ -60,7 +61,8 @@ inline void expect_every_config_matches(const StepInfo& step) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       ProblemShape s = shapes[i];
       s.head_dim = d;
-      s.seed = 9000 + 17 * i + size_t(d);
+      s.seed = 9000 + 17 * i + size_t(d) + (dtype == DType::fp16 ? 5000 : 0);
+      s.dtype = dtype;
       AttentionProblem prob(s);
       ReferenceData ref = compute_reference(prob);
       const AttentionParams p = prob.params();
@@ -80,7 +82,7 @@ inline void expect_every_config_matches(const StepInfo& step) {
         ASSERT_TRUE(st.ok()) << cfg << " on " << to_string(s) << ": " << st.message();
         FA_CUDA_CHECK(cudaDeviceSynchronize());
         ++runs;
-        const CompareResult o = compare(prob.output_bhnd(), ref.o, bf16_tolerance());
+        const CompareResult o = compare(prob.output_bhnd(), ref.o, output_tolerance(dtype));
         EXPECT_TRUE(o.ok) << cfg << " on " << to_string(s) << "\n  O: " << o.summary();
         std::string why;
         EXPECT_TRUE(prob.memory_intact(&why)) << cfg << " on " << to_string(s) << ": " << why;

@@ -1,5 +1,6 @@
 // The fp32 GPU reference against the fp64 CPU reference on random shapes, and the device input
 // generator against the host one.
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -105,6 +106,64 @@ TEST(GpuReferenceScoreMods, MatchesCpuReference) {
     CompareResult rl = compare(lse, cpu.lse, Tolerance{1e-5, 1e-5, 1e-6});
     EXPECT_TRUE(ro.ok) << c.what << ": " << to_string(c.s) << " O: " << ro.summary();
     EXPECT_TRUE(rl.ok) << c.what << ": " << to_string(c.s) << " LSE: " << rl.summary();
+  }
+}
+
+// fp16 inputs (the production forwards' other type): the GPU reference reads them as fp16, as the
+// CPU reference's host copies do; bf16 bits read as fp16 (or the reverse) disagree on every element.
+// Large logits, causal bottom-right with rows that see no key, GQA, (B, N, H, D) storage.
+TEST(GpuReferenceFp16, MatchesCpuReference) {
+  FA_REQUIRE_GPU();
+  ProblemShape s = make_shape(2, 4, 2, 130, 97, 128, true, CausalAlign::bottom_right);
+  s.layout = Layout::bnhd;
+  s.input = InputKind::large_logits;
+  s.dtype = DType::fp16;
+  s.seed = 16;
+  AttentionProblem prob(s);
+  ReferenceData cpu = compute_reference(prob, ReferenceKind::cpu);
+  ReferenceData gpu = compute_reference(prob, ReferenceKind::gpu);
+  std::vector<float> o(gpu.o.begin(), gpu.o.end()), lse(gpu.lse.begin(), gpu.lse.end());
+  // Ten times the bf16 cases' atol and rtol: at logits ~60 the fp32 reference's own error reaches
+  // 7e-5 (measured on an H100); a type read as the other is wrong by O(1).
+  CompareResult ro = compare(o, cpu.o, Tolerance{1e-4, 1e-3, 1e-5});
+  CompareResult rl = compare(lse, cpu.lse, Tolerance{1e-5, 1e-5, 1e-6});
+  EXPECT_TRUE(ro.ok) << to_string(s) << " O: " << ro.summary();
+  EXPECT_TRUE(rl.ok) << to_string(s) << " LSE: " << rl.summary();
+}
+
+// The generator rounds to the problem's type: an fp16 problem holds fp16 values (11 significant
+// bits, not bf16's 8), in both layouts.
+TEST(Generator, Fp16ProblemsHoldFp16Values) {
+  FA_REQUIRE_GPU();
+  for (Layout layout : {Layout::bhnd, Layout::bnhd}) {
+    ProblemShape s = make_shape(2, 3, 3, 5, 5, 64);
+    s.seed = 11;
+    s.layout = layout;
+    s.dtype = DType::fp16;
+    AttentionProblem prob(s);
+    std::vector<float> q = prob.host_q();
+    AttentionParams p = prob.params();
+    EXPECT_EQ(p.dtype, DType::fp16);
+    int wrong = 0, unlike_bf16 = 0;  // every element fp16's rounding; most of them unlike bf16's
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < 3; ++h)
+        for (int64_t n = 0; n < 5; ++n)
+          for (int64_t d = 0; d < 64; ++d) {
+            const float x = normal_at(11 * 4 + 1, uint64_t(((b * 3 + h) * 5 + n) * 64 + d));
+            // The device's normal draw (fast sine and logarithm) is off from the host's by up to
+            // ~1e-5 absolute (measured on an H100: -0.0053902 for the host's -0.0053813), more than
+            // fp16's step near zero: an fp16 value, within 2e-5 and one step of the host's rounding.
+            const float expect = __half2float(__float2half_rn(x));
+            const float got = q[size_t(b * p.q_stride.batch + h * p.q_stride.head + n * p.q_stride.seq + d)];
+            const float step = std::ldexp(1.0f, std::ilogb(expect) - 10);  // fp16's spacing at expect
+            const bool bad = __half2float(__float2half_rn(got)) != got || std::fabs(got - expect) > 2e-5f + step;
+            if (bad && wrong++ < 4)
+              ADD_FAILURE() << "element " << d << ": " << got << " for " << expect << " (x " << x << ")";
+            unlike_bf16 += expect != __bfloat162float(__float2bfloat16_rn(x));
+          }
+    EXPECT_EQ(wrong, 0);
+    EXPECT_GT(unlike_bf16, 2 * 3 * 5 * 64 / 2);
+    for (float y : prob.output_bhnd()) ASSERT_TRUE(std::isnan(y));  // fp16's 0xFFFF is a NaN too
   }
 }
 

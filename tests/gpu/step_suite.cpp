@@ -68,10 +68,15 @@ void add_test(const std::string& suite, const std::string& name, std::function<v
 // where the build compiles them, FA_HEAD_DIMS).
 constexpr int kSuiteHeadDims[] = {32, 64, 96, 128, 192, 256};
 
+bool has_dtype(const StepInfo& st, DType t) {
+  return std::find(st.caps.dtypes.begin(), st.caps.dtypes.end(), t) != st.caps.dtypes.end();
+}
+
 bool supports(const StepInfo& st, const ProblemShape& s) {
   const Capabilities& c = st.caps;
   bool dim_ok = false;
   for (int d : c.head_dims) dim_ok |= (d == s.head_dim);
+  if (!has_dtype(st, s.dtype)) return false;
   const bool window = s.window_left >= 0 || s.window_right >= 0;
   const bool mods_ok =
       (s.softcap == 0.0f || c.softcap) && (s.alibi == ProblemShape::Alibi::none || c.alibi) && (!s.sinks || c.sinks);
@@ -80,13 +85,39 @@ bool supports(const StepInfo& st, const ProblemShape& s) {
 }
 
 // Registers `shape` under suite/name for `st` if the step supports it.
-void add_case(const StepInfo& st, const std::string& suite, ProblemShape shape, const std::string& tag = "") {
+void add_one(const StepInfo& st, const std::string& suite, ProblemShape shape, const std::string& tag) {
   if (!supports(st, shape)) return;
   if (st.caps.max_batch_heads > 0 && shape.batch * shape.heads_q > st.caps.max_batch_heads) return;
   std::string name = (tag.empty() ? "" : tag + "_") + shape_name(shape);
   shape.seed = seed_for(suite + "." + name);
   const StepInfo* step = &st;
   add_test(suite, name, [step, shape] { expect_matches_reference(*step, shape); });
+}
+
+// fp16 (the production forwards, where the build compiles it: FA_DTYPES=bf16;fp16): the same case in
+// suite "Fp16", named after the bf16 suite it repeats (Fp16.Ragged_B1_H2_N1013x1531_D64), inputs
+// generated in fp16 and O held to fp16's tighter rule (harness/compare.h). A step without fp16 in
+// its Capabilities registers none.
+void add_fp16_case(const StepInfo& st, const std::string& suite, ProblemShape shape, const std::string& tag = "") {
+  shape.dtype = DType::fp16;
+  add_one(st, "Fp16", shape, suite + (tag.empty() ? "" : "_" + tag));
+}
+
+// The suites whose every case runs in fp16 too: the shapes, ragged and cross-attention sizes, both
+// causal alignments and the rows they leave without a key, large logits (inputs ~60 fit fp16; the
+// logits ~100·√D are fp32 inside), structured inputs, layouts, GQA, long sequences (V ~16 with N_kv
+// = 8192: the unnormalised O ~131072 is past fp16's 65504, fine in fp32 state), a custom scale. The
+// window and score-modification kernels' fp16 instantiations get a few cases of their own below.
+bool repeated_in_fp16(const std::string& suite) {
+  for (const char* s : {"Shapes", "Ragged", "CausalAlign", "FullyMaskedRows", "LargeLogits", "Structured", "Layout",
+                        "GQA", "LongSeq", "Scale"})
+    if (suite == s) return true;
+  return false;
+}
+
+void add_case(const StepInfo& st, const std::string& suite, ProblemShape shape, const std::string& tag = "") {
+  add_one(st, suite, shape, tag);
+  if (repeated_in_fp16(suite)) add_fp16_case(st, suite, shape, tag);
 }
 
 void register_for(const StepInfo& st) {
@@ -169,6 +200,15 @@ void register_for(const StepInfo& st) {
     window(make_shape(1, 2, 2, 1024, 1024, d), 0, 0);
     window(make_shape(1, 2, 2, 500, 300, d, false, CausalAlign::top_left), 10, 10);  // rows past 310 see nothing
     window(make_shape(1, 1, 1, 4096, 4096, d, true, CausalAlign::bottom_right), 1000, -1);
+    // fp16: a window masked at both ends of a range, GQA with both alignments.
+    ProblemShape w16 = make_shape(1, 4, 2, 1531, 777, d, true, CausalAlign::bottom_right);
+    w16.window_left = 31;
+    w16.window_right = 7;
+    add_fp16_case(st, "Window", w16);
+    w16 = make_shape(1, 2, 2, 1013, 1024, d);
+    w16.window_left = 100;
+    w16.window_right = 50;
+    add_fp16_case(st, "Window", w16);
   }
 
   // Score modifications (softcap, ALiBi, sinks; the steps that take them): each alone and all
@@ -211,6 +251,14 @@ void register_for(const StepInfo& st) {
     all.window_left = 300;
     all.window_right = 0;
     mods(all, 20.0f, Alibi::per_batch_head, true, 0.2f);
+    // fp16: a saturating cap on large logits, and every modification together.
+    hot.softcap = 30.0f;
+    add_fp16_case(st, "ScoreMods", hot);
+    all.softcap = 20.0f;
+    all.alibi = Alibi::per_batch_head;
+    all.sinks = true;
+    all.softmax_scale = 0.2f;
+    add_fp16_case(st, "ScoreMods", all);
   }
 
   // A custom softmax scale is honoured.
@@ -271,6 +319,17 @@ void register_for(const StepInfo& st) {
     bad("AlibiStrideBelowHeads", [](AttentionParams& p) {
       p.alibi_slopes = static_cast<const float*>(p.k);
       p.alibi_slopes_stride_batch = 1;  // H_q = 2
+    });
+  // Element types: one the step is not built for (fp16 on every lesson, and on the production
+  // forwards of a bf16-only build), and a value outside the enum.
+  if (!has_dtype(st, DType::fp16)) bad("Fp16Unsupported", [](AttentionParams& p) { p.dtype = DType::fp16; });
+  bad("DtypeOutsideTheEnum", [](AttentionParams& p) { p.dtype = static_cast<DType>(7); });
+  // fp16 where the production forwards would hand the call to the decode kernel, which is bf16 only:
+  // a length per sequence (any device pointer: refused before it is read).
+  if (has_dtype(st, DType::fp16) && st.caps.seqlens_kv)
+    bad("Fp16LengthsPerSequence", [](AttentionParams& p) {
+      p.dtype = DType::fp16;
+      p.seqlens_kv = static_cast<const int32_t*>(p.k);
     });
 }
 

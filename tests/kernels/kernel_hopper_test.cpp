@@ -8,6 +8,7 @@
 #include "fa/registry.h"
 #include "kernels/kernels.h"
 #include "library/tuner.h"
+#include "tests/gpu/config_sweep.h"
 #include "tests/gpu/step_suite.h"
 #include "tests/gpu/varlen_check.h"
 
@@ -58,6 +59,16 @@ TEST(KernelHopper, EveryConfigurationReadsPackedSequences) {
         ++runs;
       }
   EXPECT_GT(runs, 0);
+}
+
+// fp16 (a build with FA_DTYPES=bf16;fp16): every configuration's fp16 kernels over the sweep's shapes
+// (ragged, GQA, both alignments, rows with no key, large logits, long sequences, strided rows),
+// not only those the tuner picks for the shared suite's Fp16 cases.
+TEST(KernelHopper, EveryConfigMatchesTheReferenceInFp16) {
+  const std::vector<DType>& types = testing::the_step().caps.dtypes;
+  if (std::find(types.begin(), types.end(), DType::fp16) == types.end())
+    GTEST_SKIP() << "built without fp16 (FA_DTYPES=bf16;fp16 builds it): NOT RUN";
+  testing::expect_every_config_matches(testing::the_step(), DType::fp16);
 }
 
 }  // namespace

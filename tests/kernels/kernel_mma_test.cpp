@@ -2,8 +2,11 @@
 // runs on it as on every step; here, what sets it apart from a step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "fa/registry.h"
 #include "kernels/kernels.h"
+#include "tests/gpu/config_sweep.h"
 #include "tests/gpu/step_suite.h"
 
 namespace fa {
@@ -16,6 +19,16 @@ TEST(KernelMma, RegistersAboveTheStepsAndNamesItsLesson) {
   EXPECT_EQ(k.base, 10);
   EXPECT_TRUE(k.caps.causal && k.caps.lse && k.caps.gqa);
   EXPECT_EQ(k.caps.only_sm, 0) << "mma.sync runs on every GPU the build targets";
+}
+
+// fp16 (a build with FA_DTYPES=bf16;fp16): every configuration's fp16 kernels over the sweep's shapes
+// (ragged, GQA, both alignments, rows with no key, large logits, long sequences, strided rows),
+// not only those the tuner picks for the shared suite's Fp16 cases.
+TEST(KernelMma, EveryConfigMatchesTheReferenceInFp16) {
+  const std::vector<DType>& types = testing::the_step().caps.dtypes;
+  if (std::find(types.begin(), types.end(), DType::fp16) == types.end())
+    GTEST_SKIP() << "built without fp16 (FA_DTYPES=bf16;fp16 builds it): NOT RUN";
+  testing::expect_every_config_matches(testing::the_step(), DType::fp16);
 }
 
 }  // namespace

@@ -55,6 +55,19 @@ def test_make_params_fills_every_field_it_is_given():
     assert [null.q, null.lse, null.causal, null.causal_align] == [None, None, 0, _capi.CAUSAL_TOP_LEFT]
 
 
+def test_fp16_reaches_the_librarys_validation():
+    # DTYPE_FP16 is passed through; every lesson refuses it by name with what it takes (bf16), and
+    # kernel 100 (pinned to no GPU, so judged here without one) takes it where the library is built
+    # with it, else refuses it the same way.
+    p = params(dtype=_capi.DTYPE_FP16)
+    assert p.dtype == _capi.DTYPE_FP16 == 1
+    err = _capi.validate(0, p)
+    assert isinstance(err, ValueError) and "element type fp16 is not supported by this step; supported: bf16" in str(err)
+    err = _capi.validate(100, p)
+    assert err is None or "element type fp16 is not supported by this step; supported: bf16" in str(err), err
+    assert _capi.validate(100, params()) is None
+
+
 def test_a_scale_past_fp32s_range_becomes_inf_and_is_refused():
     # C (and ctypes) turn a double beyond fp32's range into ±inf; the library refuses that scale.
     for big in (1e39, -1e39):

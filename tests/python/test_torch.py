@@ -1149,3 +1149,92 @@ def test_flash_attn_with_kvcache_score_mods(n_new, num_splits):
         ref = math_attention(q[i:i + 1].double(), keys.double(), vals.double(), causal=True, causal_align="bottom_right",
                              softcap=20.0, alibi_slopes=slopes, sinks=sinks)
         close(out[i:i + 1], ref)
+
+
+# ---- fp16 (the production forwards, where the library is built with FA_DTYPES=bf16;fp16) ----------
+# fp16 keeps 11 significant bits to bf16's 8: the course's rule divided by 8 (harness/compare.h's
+# fp16_tolerance), which a kernel that rounded P or O to bf16's precision would fail.
+ATOL16, RTOL16 = 1.25e-3, 1.25e-3
+
+
+def fp16_or_skip(q, k, v, **kw):
+    """fa_course.attention on fp16 inputs, or a skip where the library was built without fp16."""
+    try:
+        return fa_course.attention(q, k, v, **kw)
+    except fa_course.UnsupportedInputError as e:
+        if "element type fp16 is not supported" in str(e):
+            pytest.skip(f"the library is built without fp16 (FA_DTYPES): {e}")
+        raise
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}_Nq{}_Nkv{}_H{}_Hkv{}_D{}".format(*s))
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"), (True, "bottom_right")])
+def test_fp16_forward_against_fp64_reference(shape, causal, align):
+    """Ragged N_q != N_kv, GQA, both causal alignments (rows with no key among them), fp16 in and out."""
+    q, k, v = (t.half() for t in inputs(*shape, seed=60))
+    o, lse = fp16_or_skip(q, k, v, causal=causal, causal_align=align, return_lse=True)
+    ref_o, ref_lse = reference(q, k, v, causal=causal, bottom_right=align == "bottom_right", lse=True)
+    assert o.shape == q.shape and o.dtype == torch.float16 and o.is_contiguous()
+    torch.testing.assert_close(o.double(), ref_o.double(), atol=ATOL16, rtol=RTOL16)
+    finite = torch.isfinite(ref_lse)
+    torch.testing.assert_close(lse.double()[finite], ref_lse[finite], atol=1e-3, rtol=1e-3)
+    assert torch.equal(torch.isinf(lse), ~finite)
+
+
+def test_fp16_flash_attn_func_large_logits():
+    """flash_attn_func's fp16 forward on logits of std ~100 (inputs ×10 fit fp16; Q·K is fp32 inside)."""
+    q, k, v = (t.half() for t in inputs(2, 515, 700, 4, 2, 64, seed=61))
+    q, k = q * 10, k * 10
+    try:
+        out = fa_course.flash_attn_func(q, k, v, causal=True)
+    except fa_course.UnsupportedInputError as e:
+        pytest.skip(f"the library is built without fp16 (FA_DTYPES): {e}")
+    ref = reference(q, k, v, causal=True, bottom_right=True)
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out.double(), ref.double(), atol=ATOL16, rtol=RTOL16)
+
+
+@pytest.mark.parametrize("d", [32, 96, 192, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp16_head_dims_beyond_the_lessons(d, causal):
+    """Part VI's head dims in fp16, where the library is built for them (FA_HEAD_DIMS): kernels 100 and
+    101 at all four, 32 and 96 on 101 in a half-used last panel, whose columns past the head dim must
+    come in as zeros in this type too. Ragged GQA, and N_q > N_kv bottom-right (rows with no key)."""
+    if not head_dim_built(d):
+        pytest.skip(f"the library is not built for head dim {d} (FA_HEAD_DIMS)")
+    for shape in ((2, 77, 131, 4, 2, d), (1, 300, 200, 8, 1, d)):
+        q, k, v = (t.half() for t in inputs(*shape, seed=d + 64))
+        o, lse = fp16_or_skip(q, k, v, causal=causal, causal_align="bottom_right", return_lse=True)
+        ref_o, ref_lse = reference(q, k, v, causal=causal, bottom_right=True, lse=True)
+        assert o.dtype == torch.float16
+        torch.testing.assert_close(o.double(), ref_o.double(), atol=ATOL16, rtol=RTOL16)
+        finite = torch.isfinite(ref_lse)
+        torch.testing.assert_close(lse.double()[finite], ref_lse[finite], atol=1e-3, rtol=1e-3)
+        assert torch.equal(torch.isinf(lse), ~finite)
+
+
+def test_fp16_gradient_is_refused_before_the_forward_runs():
+    """The backwards are bf16 alone: a call that would need a gradient at fp16 raises at once."""
+    q, k, v = (t.half() for t in inputs(1, 64, 64, 2, 2, 64, seed=62))
+    q.requires_grad_(True)
+    with pytest.raises(NotImplementedError, match="no backward in float16"):
+        fa_course.attention(q, k, v)
+    with pytest.raises(NotImplementedError, match="no backward in float16"):
+        fa_course.flash_attn_func(q, k, v, causal=True)
+    sinks = torch.zeros(2, device=DEV, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="no backward in float16"):
+        fa_course.attention(q.detach(), k, v, sinks=sinks)
+    with torch.no_grad():  # the forward alone is fine
+        try:
+            out = fa_course.attention(q, k, v)
+        except fa_course.UnsupportedInputError as e:
+            pytest.skip(f"the library is built without fp16 (FA_DTYPES): {e}")
+    assert out.dtype == torch.float16
+
+
+def test_fp16_mixed_types_and_cache_calls_are_refused():
+    q, k, v = inputs(1, 64, 64, 2, 2, 64, seed=63)
+    with pytest.raises(ValueError, match="share one dtype"):
+        fa_course.attention(q.half(), k, v)
+    with pytest.raises(ValueError, match="k_cache must be bfloat16"):
+        fa_course.flash_attn_with_kvcache(q, k.half(), v, cache_seqlens=64)

@@ -4,7 +4,7 @@ count of each named instruction (tensor-core, ldmatrix, cp.async, exp2) in the S
 (architecture, head dim, Config) both objects compile. The policies are free only if this holds.
 
   same_counts.py --cuobjdump PATH --kernel OBJ --step OBJ [--ins HMMA LDSM LDGSTS MUFU.EX2] [--head-dims 64 128]
-                 [--family forward|backward] [--skip REGEX] [--only REGEX]
+                 [--family forward|backward] [--skip REGEX] [--only REGEX] [--kernel-only REGEX]
 
 Kernels are matched by their template arguments `attention_kernel<HEAD_DIM, Config<...>, ...>`
 (--family backward: `backward_kernel<HEAD_DIM, BwdConfig<...>, DETERMINISTIC, ...>`, BwdConfig's integer
@@ -14,7 +14,9 @@ head dims the build compiles the production kernels for, FA_HEAD_DIMS). --skip: 
 functions whose names match are left out (instantiations the step has no counterpart for, such as
 the Hopper forward's for packed sequences: kernels/sequences.h). --only: in both objects, keep only
 the functions whose names match (a production kernel that takes one step's way in some
-configurations and another step's in the rest: kernels/bwd_hopper.cu).
+configurations and another step's in the rest: kernels/bwd_hopper.cu). --kernel-only: in the kernel
+object alone, keep only the functions whose names match (the production forwards' fp16
+instantiations, __half in their names, against the step's bf16 kernels: the same counts).
 Exit 1 with a table of every difference."""
 import argparse
 import collections
@@ -35,7 +37,7 @@ def config_key(family, m):
     return tuple(int(g) for g in m.groups()[1:])
 
 
-def counts(cuobjdump, obj, names, family="forward", skip=None, only=None):
+def counts(cuobjdump, obj, names, family="forward", skip=None, only=None, kernel_only=None):
     out = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True, check=True).stdout
     table = collections.defaultdict(collections.Counter)
     arch = key = None
@@ -48,6 +50,8 @@ def counts(cuobjdump, obj, names, family="forward", skip=None, only=None):
             if skip and re.search(skip, line):
                 key = None
             if only and not re.search(only, line):
+                key = None
+            if kernel_only and not re.search(kernel_only, line):
                 key = None
         elif key is not None:
             for n in names:
@@ -66,8 +70,9 @@ def main():
     ap.add_argument("--family", choices=sorted(KEY_RE), default="forward")
     ap.add_argument("--skip", help="leave out the kernel object's functions whose names match")
     ap.add_argument("--only", help="in both objects, keep only the functions whose names match")
+    ap.add_argument("--kernel-only", help="in the kernel object alone, keep only the functions whose names match")
     a = ap.parse_args()
-    k = counts(a.cuobjdump, a.kernel, a.ins, a.family, a.skip, a.only)
+    k = counts(a.cuobjdump, a.kernel, a.ins, a.family, a.skip, a.only, a.kernel_only)
     s = counts(a.cuobjdump, a.step, a.ins, a.family, None, a.only)
     if a.head_dims:  # both sides: a production kernel has head dims no step has (kernel 100's Part VI ones)
         s = {key: v for key, v in s.items() if key[1] in a.head_dims}

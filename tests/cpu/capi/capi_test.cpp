@@ -9,6 +9,12 @@
 
 #include "fa/c_api.h"
 
+// The production forwards' element types in this build, bit i for DType value i (CMakeLists.txt
+// passes kernels.cmake's mask); without it, bf16 alone, the default build's.
+#ifndef FA_TEST_DTYPE_MASK
+#define FA_TEST_DTYPE_MASK 1u
+#endif
+
 namespace {
 
 // A well-formed call on a contiguous (B, H, N, D) problem with stand-in, 16-byte aligned pointers.
@@ -424,7 +430,7 @@ TEST(CApi, EveryStepRefusesAnOutputWhoseRowsOverlap) {
 // is invalid; version 5's is taken without the varlen fields, version 6's without the append's; a
 // larger struct (a later version's) is taken when the fields this library does not know are zero.
 TEST(CApi, StructSizeComesFirstAndGuardsTheLayout) {
-  EXPECT_EQ(FA_C_API_VERSION, 9);
+  EXPECT_EQ(FA_C_API_VERSION, 10);
   EXPECT_EQ(offsetof(fa_attention_params, struct_size), 0u);
   char err[256] = {};
   fa_attention_params p = valid_params();
@@ -635,6 +641,75 @@ TEST(CApiBackward, RefusesMalformedAndUnsupportedCalls) {
   fa_backward_params d80 = valid_backward(80);
   EXPECT_EQ(fa_backward(FA_STEP_AUTO, &d80, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
   EXPECT_NE(std::string(err).find("head dim 80 is not supported"), std::string::npos) << err;
+}
+
+// fp16 (FA_DTYPE_FP16) passes through the C interface to validation: the production forwards take
+// it where the library is built with it (FA_DTYPES=bf16;fp16: FA_TEST_DTYPE_MASK bit 1), every
+// lesson refuses it by name with what it takes, and so does every backward, before anything runs.
+// No GPU: kernel 100 (mma.sync) is pinned to no GPU, so its validation ends without asking for one.
+TEST(CApiDtype, Fp16ReachesValidation) {
+  const bool fp16_built = (FA_TEST_DTYPE_MASK & 2u) != 0;
+  char err[512] = {};
+  fa_attention_params p = valid_params();
+  p.dtype = FA_DTYPE_FP16;
+  for (int i = 0; i < fa_num_steps(); ++i) {
+    int number = -1;
+    ASSERT_EQ(fa_step_info(i, &number, nullptr, nullptr, nullptr, nullptr), FA_OK);
+    if (number >= 100) continue;  // the production kernels, below
+    EXPECT_EQ(fa_validate(number, &p, err, sizeof err), FA_ERROR_UNSUPPORTED) << "step " << number;
+    EXPECT_NE(std::string(err).find("element type fp16 is not supported by this step; supported: bf16"),
+              std::string::npos)
+        << number << ": " << err;
+  }
+  const int rc = fa_validate(100, &p, err, sizeof err);
+  if (fp16_built) {
+    EXPECT_EQ(rc, FA_OK) << err;
+  } else {
+    EXPECT_EQ(rc, FA_ERROR_UNSUPPORTED);
+    EXPECT_NE(std::string(err).find("element type fp16 is not supported by this step; supported: bf16"),
+              std::string::npos)
+        << err;
+  }
+  p.dtype = FA_DTYPE_BF16;
+  EXPECT_EQ(fa_validate(100, &p, err, sizeof err), FA_OK) << err;
+
+  // The backward of every kernel that has one: bf16 alone.
+  fa_backward_params b = valid_backward();
+  b.fwd.dtype = FA_DTYPE_FP16;
+  for (int step : {17, 100, 101}) {
+    EXPECT_EQ(fa_backward(step, &b, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED) << step;
+    EXPECT_NE(std::string(err).find("element type fp16 is not supported by this backward; supported: bf16"),
+              std::string::npos)
+        << step << ": " << err;
+  }
+  EXPECT_EQ(fa_backward(FA_STEP_AUTO, &b, nullptr, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(err).find("fp16"), std::string::npos) << err;
+}
+
+// An fp16 decode call that needs the decode kernel (a length per sequence) is refused by the
+// production forwards, which hand such calls to that kernel, bf16 alone; without the option the
+// same call is theirs (where fp16 is built).
+TEST(CApiDtype, Fp16DecodeOptionsAreRefusedByName) {
+  char err[512] = {};
+  fa_attention_params p = valid_params(128);
+  p.heads_q = 32, p.heads_kv = 8, p.seqlen_q = 1, p.seqlen_kv = 1000;
+  for (int t = 0; t < 4; ++t) {
+    const bool q_side = t == FA_TENSOR_Q || t == FA_TENSOR_O;
+    const int64_t heads = q_side ? 32 : 8, rows = q_side ? 1 : 1000;
+    p.strides[t][FA_AXIS_BATCH] = heads * rows * 128;
+    p.strides[t][FA_AXIS_HEAD] = rows * 128;
+  }
+  p.dtype = FA_DTYPE_FP16;
+  p.seqlens_kv = static_cast<const int32_t*>(stand_in(8));
+  EXPECT_EQ(fa_validate(100, &p, err, sizeof err), FA_ERROR_UNSUPPORTED);
+  // Built with fp16, the refusal is the decode kernel's; without, the type's own.
+  EXPECT_NE(std::string(err).find("fp16"), std::string::npos) << err;
+  if ((FA_TEST_DTYPE_MASK & 2u) != 0) {
+    EXPECT_NE(std::string(err).find("the decode kernel's here, which is built for bf16 only"), std::string::npos)
+        << err;
+    p.seqlens_kv = nullptr;
+    EXPECT_EQ(fa_validate(100, &p, err, sizeof err), FA_OK) << err;
+  }
 }
 
 }  // namespace
