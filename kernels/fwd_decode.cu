@@ -238,10 +238,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
           lookup_tile_pages<NUM_THREADS, BLOCK_N, Layout>(pages, key0 + n_start + BLOCK_N, n_kv - n_start - BLOCK_N);
       return;
     }
-    load_tile_async<NUM_THREADS, BLOCK_N, Layout, bf16, HEAD_DIM>(k_tile_of(n_block), k_ptr + n_start * params.k_stride.seq,
-                                                            params.k_stride.seq, kv_rows);
-    load_tile_async<NUM_THREADS, BLOCK_N, Layout, bf16, HEAD_DIM>(v_tile_of(n_block), v_ptr + n_start * params.v_stride.seq,
-                                                            params.v_stride.seq, kv_rows);
+    load_tile_async<NUM_THREADS, BLOCK_N, Layout, bf16, HEAD_DIM>(
+        k_tile_of(n_block), k_ptr + n_start * params.k_stride.seq, params.k_stride.seq, kv_rows);
+    load_tile_async<NUM_THREADS, BLOCK_N, Layout, bf16, HEAD_DIM>(
+        v_tile_of(n_block), v_ptr + n_start * params.v_stride.seq, params.v_stride.seq, kv_rows);
   };
 
   {
@@ -648,11 +648,11 @@ struct Launcher {
 // Step 28's list, in its order of preference: 64-row tiles (one group's rows in every one). (Step
 // 30's 8-warp, 128-row tile was tried at D = 128: 0.51 ms against 0.28 at B = 32, N_kv = 8k, paged.)
 const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
-                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},       // 2 warps of 32 rows
-                                            At<64, Config<64, 64, 3, 1>>{},       // 4 warps of 16 rows
-                                            At<64, Config<16, 64, 3, 1, 4>>{},    // 16 rows, keys over 4 warps
-                                            At<128, Config<64, 64, 3, 1>>{},      // 4 warps of 16 rows
-                                            At<128, Config<16, 64, 3, 1, 4>>{},   // 16 rows, keys over 4 warps
+                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},      // 2 warps of 32 rows
+                                            At<64, Config<64, 64, 3, 1>>{},      // 4 warps of 16 rows
+                                            At<64, Config<16, 64, 3, 1, 4>>{},   // 16 rows, keys over 4 warps
+                                            At<128, Config<64, 64, 3, 1>>{},     // 4 warps of 16 rows
+                                            At<128, Config<16, 64, 3, 1, 4>>{},  // 16 rows, keys over 4 warps
                                             // Part VI's head dims: D = 32 as 64, 96 as 128; at 192 the
                                             // 64-row tile keeps two stages (three: 224 KB). Not 256: at
                                             // 255 registers every configuration spilled 4-36 bytes (D =
@@ -695,8 +695,7 @@ Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool pr
     if (p.dtype != DType::bf16)
       return "the decode kernel's, which is built for bf16 only; this call is " + dtype_name(p.dtype);
     if (p.head_dim > kMaxHeadDim)
-      return "the decode kernel's, which has head dims 32 to 192; this call has head dim " +
-             std::to_string(p.head_dim);
+      return "the decode kernel's, which has head dims 32 to 192; this call has head dim " + std::to_string(p.head_dim);
     return "for calls whose query rows times H_q / H_kv are at most " + std::to_string(kMaxPackedRows) +
            " (decode); this call has " + std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv));
   };
