@@ -100,8 +100,8 @@ __device__ __forceinline__ void write_new_row(const AttentionParams& p, int64_t 
 template <int NUM_THREADS, int ROWS, typename Layout>
 struct TilePages {
   using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
-  static_assert(Plan::kActive == NUM_THREADS && !Plan::kRagged && tile::kPlanFits<Layout, Plan> &&
-                    Plan::kPasses <= Plan::kChunks && 32 % Plan::kChunks == 0,
+  static_assert(Plan::kActive == NUM_THREADS && !Plan::kRagged && Plan::kPasses <= Plan::kChunks &&
+                    32 % Plan::kChunks == 0,
                 "a row's lanes hold the pages of all its passes");
   int entry;  // the table entry of this lane's row in pass (lane % kChunks), unclamped
 };
@@ -124,14 +124,15 @@ __device__ __forceinline__ TilePages<NUM_THREADS, ROWS, Layout> lookup_tile_page
 /// Keys [first_key, first_key + ROWS) of `kv` into k_tile and v_tile by cp.async, from the pages
 /// lookup_tile_pages read for the same keys (rows >= valid_rows arrive as zeros, unread). K and V
 /// share the pages: key j is in the same page of both pools. Every thread of the warp calls it (the
-/// shuffles). The caller commits the group.
-template <int NUM_THREADS, int ROWS, typename Layout>
+/// shuffles). The caller commits the group. (COLS as tile::load_tile_async's.)
+template <int NUM_THREADS, int ROWS, typename Layout, int COLS = Layout::kCols>
 __device__ __forceinline__ void load_paged_kv_async(SmemTile<ROWS, Layout> k_tile, SmemTile<ROWS, Layout> v_tile,
                                                     const PagedKv& kv,
                                                     const TilePages<NUM_THREADS, ROWS, Layout>& pages, int first_key,
                                                     int valid_rows) {
   using Plan = typename TilePages<NUM_THREADS, ROWS, Layout>::Plan;
   const int row0 = int(threadIdx.x) / Plan::kChunks, col = (int(threadIdx.x) % Plan::kChunks) * 8;
+  static_assert(COLS <= Layout::kCols && COLS % 8 == 0, "whole 16-byte chunks of the tile's rows");
   const uint32_t offset = 2 * Layout::offset(row0, col);
 #pragma unroll
   for (int pass = 0; pass < Plan::kPasses; ++pass) {
@@ -139,14 +140,16 @@ __device__ __forceinline__ void load_paged_kv_async(SmemTile<ROWS, Layout> k_til
     const bool valid = row < valid_rows;
     const int r = kv.row_in_page(first_key + row);
     const int page = kv.clamped_page(__shfl_sync(0xffffffffu, pages.entry, pass, Plan::kChunks));
-    const uint32_t to = offset + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2;
+    const uint32_t to = tile::pass_offset<Layout, Plan>(offset, 0, pass, row, col);
     // The address arithmetic is most of what paging adds to a tile's instructions, so: one unsigned
     // 32×32 → 64-bit product for the page (clamped, so >= 0), 32-bit math inside it, and no choice of
     // a safe address for rows past valid_rows: their entry is 0, so their address is in page 0.
     const bf16* k_row = kv.k + uint64_t(uint32_t(page)) * uint32_t(kv.k_page) + (r * kv.k_row + col);
     const bf16* v_row = kv.v + uint64_t(uint32_t(page)) * uint32_t(kv.v_page) + (r * kv.v_row + col);
-    ptx::cp_async_16(k_tile.addr() + to, k_row, valid);
-    ptx::cp_async_16(v_tile.addr() + to, v_row, valid);
+    if (COLS == Layout::kCols || col < COLS) {  // the shuffle above: every lane, whatever its column
+      ptx::cp_async_16(k_tile.addr() + to, k_row, valid);
+      ptx::cp_async_16(v_tile.addr() + to, v_row, valid);
+    }
   }
 }
 #endif

@@ -144,6 +144,24 @@ struct CopyPlan {
 template <typename Layout, typename Plan>
 constexpr bool kPlanFits = !Layout::kSwizzled || Plan::kRowsPerPass % 8 == 0;
 
+/// The shared address (or offset) of the chunk a thread copies in pass `pass`, its row `row`: a
+/// constant step from its first pass's (`first`) where the plan fits the layout. Else (a swizzled
+/// tile copied 4 or 2 rows a pass: 256-column rows over 128 threads, the decode kernel's at D = 192)
+/// the swizzle repeats every 8 / kRowsPerPass passes: `base` plus the offset of the thread's row in
+/// the first passes of that period, stepped by 8 rows.
+template <typename Layout, typename Plan>
+FA_HD uint32_t pass_offset(uint32_t first, uint32_t base, int pass, int row, int col) {
+  if constexpr (kPlanFits<Layout, Plan>) {
+    return first + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2;
+  } else {
+    static_assert(8 % Plan::kRowsPerPass == 0, "the swizzle's period a whole number of passes");
+    constexpr int kPeriod = 8 / Plan::kRowsPerPass;
+    const int row0 = row - pass * Plan::kRowsPerPass;  // the thread's row in pass 0
+    return base + uint32_t(2 * Layout::offset(row0 + (pass % kPeriod) * Plan::kRowsPerPass, col) +
+                           (pass / kPeriod) * 8 * Layout::kRowPitch * 2);
+  }
+}
+
 /// wgmma reads its swizzle atoms (8 rows of 128 bytes) from 1024-byte boundaries: a kernel with
 /// WgmmaLayout tiles allocates this much more dynamic shared memory and starts at aligned_for_wgmma.
 constexpr int kWgmmaAlignment = 1024;
@@ -228,11 +246,17 @@ __device__ __forceinline__ void load_tile(SmemTile<ROWS, Layout, Elem> tile, con
 
 /// The same copy with cp.async: nothing passes through registers and the call returns at once.
 /// The copies join the thread's current cp.async group (close it with ptx::cp_async_commit).
-template <int NUM_THREADS, int ROWS, typename Layout, typename Elem>
+/// COLS < Layout::kCols: the rows in memory are COLS elements (the decode kernel's D = 32, 96 and
+/// 192 in tiles of 64, 128 and 256 columns); the tile's columns past them are not written, and its
+/// readers never read them.
+template <int NUM_THREADS, int ROWS, typename Layout, typename Elem, int COLS = Layout::kCols>
 __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout, Elem> tile,
                                                 const std::type_identity_t<Elem>* src, int64_t stride, int valid_rows) {
   using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
-  static_assert(kPlanFits<Layout, Plan>, "a swizzled tile needs whole groups of 8 rows a pass");
+  static_assert(COLS <= Layout::kCols && COLS % 8 == 0, "whole 16-byte chunks of the tile's rows");
+  // Many passes (16 at 256 columns over 128 threads): the stride opaque from here, so that the
+  // passes' row · stride are computed at each call instead of hoisted into registers for all of them.
+  if constexpr (!kPlanFits<Layout, Plan>) asm volatile("" : "+l"(stride));
   const int row0 = int(threadIdx.x) / Plan::kChunks, col = (int(threadIdx.x) % Plan::kChunks) * 8;
   const uint32_t smem0 = tile.addr() + 2 * Layout::offset(row0, col);
 #pragma unroll
@@ -240,28 +264,31 @@ __device__ __forceinline__ void load_tile_async(SmemTile<ROWS, Layout, Elem> til
     const int row = row0 + pass * Plan::kRowsPerPass;
     const bool valid = row < valid_rows;
     const Elem* g = src + (valid ? row * stride + col : 0);
-    if (Plan::copies(int(threadIdx.x), row))
-      ptx::cp_async_16(smem0 + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2, g, valid);
+    if (Plan::copies(int(threadIdx.x), row) && (COLS == Layout::kCols || col < COLS))
+      ptx::cp_async_16(pass_offset<Layout, Plan>(smem0, tile.addr(), pass, row, col), g, valid);
   }
 }
 
 /// load_tile_async with each row from its own address: row_src(row) is where row `row` starts
 /// (step 28's packed rows come from several heads). Rows >= valid_rows arrive as zeros, unread.
 /// (load_tile_async is not written as a call of this: with a stride functor the compiler schedules
-/// it differently, and every step from 04 on would change its instructions.)
-template <int NUM_THREADS, int ROWS, typename Layout, typename Elem, typename RowSrc>
+/// it differently, and every step from 04 on would change its instructions.) (COLS as
+/// load_tile_async's.)
+template <int NUM_THREADS, int ROWS, typename Layout, typename Elem, int COLS = Layout::kCols, typename RowSrc>
 __device__ __forceinline__ void load_rows_async(SmemTile<ROWS, Layout, Elem> tile, const RowSrc& row_src,
                                                 int valid_rows) {
   using Plan = CopyPlan<ROWS, Layout::kCols, NUM_THREADS>;
-  static_assert(Plan::kActive == NUM_THREADS && !Plan::kRagged && kPlanFits<Layout, Plan>,
-                "every thread a chunk of whole rows in every pass");
+  static_assert(Plan::kActive == NUM_THREADS && !Plan::kRagged, "every thread a chunk of whole rows in every pass");
+  static_assert(COLS <= Layout::kCols && COLS % 8 == 0, "whole 16-byte chunks of the tile's rows");
   const int row0 = int(threadIdx.x) / Plan::kChunks, col = (int(threadIdx.x) % Plan::kChunks) * 8;
   const uint32_t smem0 = tile.addr() + 2 * Layout::offset(row0, col);
 #pragma unroll
   for (int pass = 0; pass < Plan::kPasses; ++pass) {
     const int row = row0 + pass * Plan::kRowsPerPass;
     const bool valid = row < valid_rows;
-    ptx::cp_async_16(smem0 + pass * Plan::kRowsPerPass * Layout::kRowPitch * 2, row_src(valid ? row : 0) + col, valid);
+    if (COLS == Layout::kCols || col < COLS)
+      ptx::cp_async_16(pass_offset<Layout, Plan>(smem0, tile.addr(), pass, row, col), row_src(valid ? row : 0) + col,
+                       valid);
   }
 }
 

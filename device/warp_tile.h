@@ -190,12 +190,13 @@ __device__ __forceinline__ FragA<N> to_bf16(const Acc<N>& p) {
 /// S_t = Q_t·Kᵀ for the M row tiles t of a warp (step 09 on): tile t is rows
 /// [row0 + 16·t, row0 + 16·t + 16) of the shared Q tile. Per 16 dims, the A fragments of the M row
 /// tiles (ldmatrix from shared memory: Q is not kept in registers) and the B fragments of all N
-/// keys are loaded once, then each K fragment feeds M·2 mmas instead of 2.
-template <int M, int N, int QROWS, typename QLayout, typename KLayout, typename Elem>
+/// keys are loaded once, then each K fragment feeds M·2 mmas instead of 2. D < the tiles' columns:
+/// the products over the first D (the decode kernel's D = 32, 96, 192 in wider tiles).
+template <int M, int N, int QROWS, typename QLayout, typename KLayout, typename Elem, int D = KLayout::kCols>
 __device__ __forceinline__ void mma_qk_tiles(Acc<N> (&s)[M], SmemTile<QROWS, QLayout, Elem> q_tile, int row0,
                                              SmemTile<N, KLayout, Elem> k_tile) {
-  constexpr int D = KLayout::kCols;
-  static_assert(QLayout::kCols == D, "queries and keys are rows of D elements");
+  static_assert(QLayout::kCols == KLayout::kCols && D <= KLayout::kCols && D % 16 == 0,
+                "queries and keys are rows of the same tile width, D of them multiplied");
   const int lane = lane_id();
   const unsigned q_bytes = 2 * QLayout::offset(row0 + ptx::ldsm_a_row(lane), ptx::ldsm_a_colblock(lane) * 8);
   const unsigned k_bytes = 2 * KLayout::offset(ptx::ldsm_k_row(lane), ptx::ldsm_k_colblock(lane) * 8);

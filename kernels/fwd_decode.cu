@@ -62,6 +62,14 @@ constexpr int64_t kAppendMaxBlocks = 1 << 16;  // ... striding over B·seqlen_ne
 // decode group of 4 or 8 rows fills a quarter or half of one 16-row tile; with the keys split, the
 // block does one warp's mma work per K/V tile instead of four, and its warps merge their partial
 // rows at the end by their maxima, as split-KV's combine does).
+// The columns of the kernel's tiles at head dim D: the swizzle's power of two of at least 64 (step
+// 08's layout, which the paged loads and the GQA-packed Q rows are written for). At D = 32, 96 and
+// 192 the last columns of every row are neither copied nor read: Q·Kᵀ multiplies D of them, P·V
+// reads D of V's, and the copies stop at D (device/smem_tile.h's COLS).
+FA_HD constexpr int decode_tile_cols(int d) {
+  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+
 template <int BLOCK_M_, int BLOCK_N_, int STAGES_, int M_TILES_, int KEY_WARPS_ = 1>
 struct Config {
   static constexpr int BLOCK_M = BLOCK_M_;
@@ -84,9 +92,12 @@ struct Config {
   static constexpr float RESCALE_THRESHOLD = 8.0f;  // exp2 units: P <= 2^8 between rescales
   template <int HEAD_DIM>
   static constexpr int smem_bytes() {
-    return SwizzledLayout<HEAD_DIM>::bytes(BLOCK_M + STAGES * 2 * BLOCK_N);
+    return SwizzledLayout<decode_tile_cols(HEAD_DIM)>::bytes(BLOCK_M + STAGES * 2 * BLOCK_N);
   }
 };
+
+// The largest head dim it has (Part VI's 256 is the forwards' alone).
+constexpr int64_t kMaxHeadDim = 192;
 
 // The rows of a group that fit one tile of every configuration: accepts() takes no more, except for
 // varlen calls (library/split_kv.h sizes the decode workspace from it).
@@ -141,7 +152,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
   constexpr int STAGES = Cfg::STAGES, M_TILES = Cfg::M_TILES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
   constexpr int KEY_WARPS = Cfg::KEY_WARPS, WARP_N = Cfg::WARP_N;
-  using Layout = SwizzledLayout<HEAD_DIM>;
+  using Layout = SwizzledLayout<decode_tile_cols(HEAD_DIM)>;  // HEAD_DIM of its columns copied and read
   extern __shared__ uint4 smem[];
   const SmemTile<BLOCK_M, Layout> q_tile{reinterpret_cast<bf16*>(smem)};
   const SmemTile<BLOCK_N, Layout> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
@@ -220,23 +231,23 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
     const int n_start = n_block * BLOCK_N;
     const int kv_rows = min(BLOCK_N, n_kv - n_start);
     if (paged) {
-      load_paged_kv_async<NUM_THREADS>(k_tile_of(n_block), v_tile_of(n_block), pages, next_pages, key0 + n_start,
-                                       kv_rows);
+      load_paged_kv_async<NUM_THREADS, BLOCK_N, Layout, HEAD_DIM>(k_tile_of(n_block), v_tile_of(n_block), pages,
+                                                                  next_pages, key0 + n_start, kv_rows);
       // The next tile's pages, read now: they arrive while this tile computes, not on its copies' path.
       next_pages =
           lookup_tile_pages<NUM_THREADS, BLOCK_N, Layout>(pages, key0 + n_start + BLOCK_N, n_kv - n_start - BLOCK_N);
       return;
     }
-    load_tile_async<NUM_THREADS>(k_tile_of(n_block), k_ptr + n_start * params.k_stride.seq, params.k_stride.seq,
-                                 kv_rows);
-    load_tile_async<NUM_THREADS>(v_tile_of(n_block), v_ptr + n_start * params.v_stride.seq, params.v_stride.seq,
-                                 kv_rows);
+    load_tile_async<NUM_THREADS, BLOCK_N, Layout, bf16, HEAD_DIM>(
+        k_tile_of(n_block), k_ptr + n_start * params.k_stride.seq, params.k_stride.seq, kv_rows);
+    load_tile_async<NUM_THREADS, BLOCK_N, Layout, bf16, HEAD_DIM>(
+        v_tile_of(n_block), v_ptr + n_start * params.v_stride.seq, params.v_stride.seq, kv_rows);
   };
 
   {
     const PackedRows<const bf16> q_rows{static_cast<const bf16*>(params.q) + q_at + h0 * params.q_stride.head,
                                         params.q_stride.head, params.q_stride.seq, pack};
-    load_rows_async<NUM_THREADS>(
+    load_rows_async<NUM_THREADS, BLOCK_M, Layout, bf16, HEAD_DIM>(
         q_tile, [&](int row) { return q_rows(m_start + row); }, min(BLOCK_M, n_rows - m_start));
   }
   cp_async_commit();
@@ -279,7 +290,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
         v_tile{v_tile_of(n_block).ptr + warp_key * Layout::kRowElems};
 
     Acc<WARP_N> s[M_TILES];
-    mma_qk_tiles(s, q_tile, warp_row, k_tile);
+    mma_qk_tiles<M_TILES, WARP_N, BLOCK_M, Layout, Layout, bf16, HEAD_DIM>(s, q_tile, warp_row, k_tile);
     FragA<WARP_N> p[M_TILES];
 #pragma unroll
     for (int t = 0; t < M_TILES; ++t) {
@@ -297,7 +308,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
       p[t] = to_bf16(p_t);
       l_i[t] = l_i[t] + row_sum(p_t);
     }
-    mma_pv_tiles(o_i, p, v_tile);
+    mma_pv_rows<M_TILES>(o_i, p, v_tile);  // V's first HEAD_DIM columns
   }
 
   // ---- keys over warps: each warp holds the tile's rows over its share of the keys. Through the
@@ -392,7 +403,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
 // the combine's time at one sequence, where it is a couple of blocks. Each warp of a row first reads
 // the row's S partial LSEs together (a lane every 32nd split), reduces max and sum by shuffles
 // (device/split_combine.h's rule, its empty-split guard included) and leaves the S weights in its
-// own shared memory; then GROUPS = 32 / (HEAD_DIM / 8) lanes share each 16-byte chunk of the row,
+// own shared memory; then GROUPS = 32 / LANES lanes share each 16-byte chunk of the row (LANES: the
+// row's HEAD_DIM / 8 chunks rounded up to a power of two, so that the groups split a warp evenly; at
+// D = 96 and 192 the last lanes of a group have no chunk and add nothing),
 // and the row's W · GROUPS lane groups take every (W · GROUPS)-th split, so that a lane has about
 // S / (W · GROUPS) loads to wait for, not S / GROUPS. A shuffle adds a warp's groups, shared memory
 // the row's warps. With one warp per row, one sequence's 32 rows and 32 splits took 9.7 µs (ncu,
@@ -400,7 +413,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
 constexpr int kCombineThreads = 256;
 constexpr int kCombineWarps = kCombineThreads / 32;
 template <int HEAD_DIM>
-constexpr int kCombineLanes = HEAD_DIM / 8;  // one 16-byte chunk each
+constexpr int kCombineLanes = HEAD_DIM <= 32    ? 4
+                              : HEAD_DIM <= 64  ? 8
+                              : HEAD_DIM <= 128 ? 16
+                                                : 32;
+static_assert(kCombineLanes<96> * 8 >= 96 && kCombineLanes<256> * 8 == 256, "a lane a chunk, the chunks rounded up");
 
 /// Warps per row for S splits: enough lane groups for two splits each, at most the block's 8 (at
 /// D = 128 and S > 32, up to four splits a group).
@@ -440,11 +457,12 @@ __global__ void __launch_bounds__(kCombineThreads)
   // other. The rest, past kPrefetch splits a lane group (S > 32 at D = 128), load in the loop.
   constexpr int kPrefetch = 2;
   const int col = lane * 8, step = row_warps * GROUPS, first = wr * GROUPS + group;
+  const bool has_col = col < HEAD_DIM;  // D = 96, 192: a group's last lanes have no chunk
   float4 pre[kPrefetch][2];
 #pragma unroll
   for (int k = 0; k < kPrefetch; ++k) {
     const int s = first + k * step;
-    if (valid && s < splits) {
+    if (valid && has_col && s < splits) {
       const float4* src = reinterpret_cast<const float4*>(o_part + (s * rows + row) * HEAD_DIM + col);
       pre[k][0] = src[0], pre[k][1] = src[1];
     }
@@ -464,6 +482,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     __syncwarp();
     int k = 0;
     for (int s = first; s < splits; s += step, ++k) {  // an empty split's O_s is 0 and weighs 0
+      if (!has_col) continue;
       const float w = weights[warp][s];
       float4 x, y;
       if (k < kPrefetch) {
@@ -495,7 +514,7 @@ __global__ void __launch_bounds__(kCombineThreads)
         acc[4] += y.x, acc[5] += y.y, acc[6] += y.z, acc[7] += y.w;
       }
   }
-  if (!valid || wr != 0 || group != 0) return;
+  if (!valid || wr != 0 || group != 0 || !has_col) return;
   // Sinks: once a row, here, not once a split: LSE' = ln(e^LSE + e^sink), O ← O · e^(LSE − LSE').
   if (params.sinks != nullptr) {
     const float sink = params.sinks[h];
@@ -629,19 +648,31 @@ struct Launcher {
 // Step 28's list, in its order of preference: 64-row tiles (one group's rows in every one). (Step
 // 30's 8-warp, 128-row tile was tried at D = 128: 0.51 ms against 0.28 at B = 32, N_kv = 8k, paged.)
 const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
-                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},       // 2 warps of 32 rows
-                                            At<64, Config<64, 64, 3, 1>>{},       // 4 warps of 16 rows
-                                            At<64, Config<16, 64, 3, 1, 4>>{},    // 16 rows, keys over 4 warps
-                                            At<128, Config<64, 64, 3, 1>>{},      // 4 warps of 16 rows
-                                            At<128, Config<16, 64, 3, 1, 4>>{}),  // 16 rows, keys over 4 warps
+                          configs<Launcher>(At<64, Config<64, 64, 3, 2>>{},      // 2 warps of 32 rows
+                                            At<64, Config<64, 64, 3, 1>>{},      // 4 warps of 16 rows
+                                            At<64, Config<16, 64, 3, 1, 4>>{},   // 16 rows, keys over 4 warps
+                                            At<128, Config<64, 64, 3, 1>>{},     // 4 warps of 16 rows
+                                            At<128, Config<16, 64, 3, 1, 4>>{},  // 16 rows, keys over 4 warps
+                                            // Part VI's head dims: D = 32 as 64, 96 as 128; at 192 the
+                                            // 64-row tile keeps two stages (three: 224 KB). Not 256: at
+                                            // 255 registers every configuration spilled 4-36 bytes (D =
+                                            // 128 fp32 registers of O a thread; outside the KV loop)
+                                            At<32, Config<64, 64, 3, 2>>{},       //
+                                            At<32, Config<64, 64, 3, 1>>{},       //
+                                            At<32, Config<16, 64, 3, 1, 4>>{},    //
+                                            At<96, Config<64, 64, 3, 1>>{},       //
+                                            At<96, Config<16, 64, 3, 1, 4>>{},    //
+                                            At<192, Config<64, 64, 2, 1>>{},      //
+                                            At<192, Config<16, 64, 3, 1, 4>>{}),  //
                           /*kv_buckets=*/true);  // a decode's cache grows a key a call: key by N_kv's bucket
 
 }  // namespace
 
 bool accepts(const AttentionParams& p, bool prefill_varlen) {
   if (p.dtype != DType::bf16) return false;  // its one type (dtypes()): fp16 runs the caller's kernels
+  // Every head dim the build has but 256 (the configurations above).
   if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0 || !head_dim_built(int(p.head_dim))) return false;
-  if (p.head_dim != 64 && p.head_dim != 128) return false;
+  if (p.head_dim > kMaxHeadDim) return false;
   const int64_t rows = p.seqlen_q * (p.heads_q / p.heads_kv);
   // Packed sequences: the decode-sized ones, and all of them where the prefill kernel reads none.
   if (p.cu_seqlens_q != nullptr) return !prefill_varlen || rows <= kMaxPackedRows;
@@ -658,14 +689,13 @@ Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool pr
   *taken = accepts(p, prefill_varlen);
   if (*taken) return forward(p, stream);
   // What keeps the decode kernel from the call, for the refusals below: its element type (bf16; the
-  // forwards may have fp16), its head dims (64 and 128; the forwards have more, Part VI's), else the
-  // call's query rows. Built only for a refusal: every prefill call passes through here.
+  // forwards may have fp16), its head dims (32 to 192; the forwards have 256 too), else the call's
+  // query rows. Built only for a refusal: every prefill call passes through here.
   auto why = [&p] {
     if (p.dtype != DType::bf16)
       return "the decode kernel's, which is built for bf16 only; this call is " + dtype_name(p.dtype);
-    if (p.head_dim != 64 && p.head_dim != 128)
-      return "the decode kernel's, which has head dims 64 and 128; this call has head dim " +
-             std::to_string(p.head_dim);
+    if (p.head_dim > kMaxHeadDim)
+      return "the decode kernel's, which has head dims 32 to 192; this call has head dim " + std::to_string(p.head_dim);
     return "for calls whose query rows times H_q / H_kv are at most " + std::to_string(kMaxPackedRows) +
            " (decode); this call has " + std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv));
   };
@@ -674,8 +704,8 @@ Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool pr
                                " with packed sequences (cu_seqlens) are the decode kernel's alone, " + why());
   if (p.cu_seqlens_q != nullptr && !prefill_varlen)  // only this kernel reads the offsets, not the prefill kernel
     return Status::Unsupported(
-        "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 64 "
-        "and 128 in bf16; this call has head dim " +
+        "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 32 to 192 "
+        "in bf16 where the build has them; this call has head dim " +
         std::to_string(p.head_dim) + " in " + dtype_name(p.dtype));
   if (p.seqlens_kv != nullptr || p.block_table != nullptr)
     return Status::Unsupported(std::string(p.block_table != nullptr ? "a paged KV cache (block_table)"

@@ -1,11 +1,11 @@
 // The production forwards' decode path (kernels/fwd_decode.cu), run through kernel 100 or 101 as
 // a caller reaches it: calls of a few query rows per group with a workspace go to the GQA-packed
 // split-KV kernel. Against the reference with O, the LSE, their guards and the workspace poisoned
-// (tests/gpu/split_kv_check.h): every group size, both head dims and layouts, causal rows in both
-// alignments, rows that see no key, the kernel's own split count; a split, lengths per sequence or
-// pages asked of a call the decode kernel does not take are refused with nothing written; describe
-// names the decode kernel for the calls it takes; the score modifications; sliding windows. Steps
-// 29 and 30's ragged and paged cache tests run through both kernels too.
+// (tests/gpu/split_kv_check.h): every group size, every head dim the build has (but 256), both layouts, causal rows in
+// both alignments, rows that see no key, the kernel's own split count; a split, lengths per sequence or pages asked of
+// a call the decode kernel does not take are refused with nothing written; describe names the decode kernel for the
+// calls it takes; the score modifications; sliding windows. Steps 29 and 30's ragged and paged cache tests run through
+// both kernels too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,11 +24,8 @@ namespace {
 using testing::expect_split_matches;
 using testing::split_shape;
 
-// The head dims the decode kernel serves of those the step has (its tuner's: 64 and 128). The
-// forwards have more (Part VI's: 32, 96, 192 and 256 on kernels 100 and 101, where the
-// build compiles them); a decode
-// call at one of those runs the prefill kernel, and the decode kernel's own options are refused
-// (Decode.OtherHeadDims).
+// The head dims the decode kernel serves of those the step has (its tuner's: all but 256, Part VI's
+// 32, 96 and 192 too where the build compiles them; Decode.HeadDims).
 std::vector<int64_t> decode_head_dims() {
   const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionDecode);
   std::vector<int64_t> dims;
@@ -227,17 +224,18 @@ TEST(Decode, PagesOfACallItDoesNotTakeAreRefused) {
   expect_refused_untouched(prob, p, "block_table");
 }
 
-// At a head dim the step has and the decode kernel lacks, a decode-shaped call without the decode
-// kernel's options runs on the step's prefill kernel and matches; a split or lengths per sequence
-// (pages take the same refusal) are refused by name, the head dim the reason, with nothing written. (Built with
-// FA_HEAD_DIMS=all; where the step has no such head dim the test is skipped, never passed.)
-TEST(Decode, OtherHeadDims) {
+// The decode kernel has every head dim the step has but 256 (Part VI's 32, 96 and 192 too, where
+// the build compiles them; the other tests here run at each). At 256, where the step has it, a
+// decode-shaped call without the decode kernel's options runs on the step's prefill kernel and
+// matches; a split or lengths per sequence (pages take the same refusal) are refused by name, the
+// head dim the reason, with nothing written.
+TEST(Decode, HeadDims) {
   FA_REQUIRE_GPU();
   const std::vector<int64_t> served = decode_head_dims();
-  int runs = 0;
-  for (int64_t d : testing::the_step().caps.head_dims) {
-    if (std::find(served.begin(), served.end(), d) != served.end()) continue;
-    ++runs;
+  for (int d : testing::the_step().caps.head_dims) {
+    const bool has = std::find(served.begin(), served.end(), int64_t(d)) != served.end();
+    EXPECT_EQ(has, d != 256) << "head dim " << d;
+    if (has) continue;
     testing::expect_matches_reference(testing::the_step(), split_shape(2, 32, 8, 1, 1000, d));
     testing::expect_matches_reference(testing::the_step(), split_shape(2, 16, 2, 5, 777, d, true));
     AttentionProblem prob(split_shape(2, 32, 8, 1, 1000, d));
@@ -250,9 +248,8 @@ TEST(Decode, OtherHeadDims) {
     DeviceBuffer<int32_t> lengths(2);
     lengths.upload({100, 1000});
     p.seqlens_kv = lengths.get();
-    expect_refused_untouched(prob, p, "has head dims 64 and 128");
+    expect_refused_untouched(prob, p, "has head dims 32 to 192");
   }
-  if (runs == 0) GTEST_SKIP() << "the step has no head dim beyond the decode kernel's (FA_HEAD_DIMS)";
 }
 
 // describe (fa_step_describe, the package's describe) names the kernel that runs the call: the
@@ -260,12 +257,14 @@ TEST(Decode, OtherHeadDims) {
 TEST(Decode, DescribeNamesTheDecodeKernelForTheCallsItTakes) {
   FA_REQUIRE_GPU();
   const StepInfo& step = testing::the_step();
-  AttentionParams p = validation_params(split_shape(2, 32, 8, 1, 8192, 128));
-  p.workspace = p.o;  // a stand-in: describe reads the call's sizes and options, never the memory
-  p.workspace_bytes = split_kv_workspace_bytes(p, kMaxKvSplits);
-  EXPECT_NE(describe_config(step, p).find("decode kernel (102)"), std::string::npos) << describe_config(step, p);
-  p = validation_params(split_shape(2, 32, 8, 512, 8192, 128));
-  EXPECT_EQ(describe_config(step, p).find("decode kernel"), std::string::npos) << describe_config(step, p);
+  for (int64_t d : decode_head_dims()) {
+    AttentionParams p = validation_params(split_shape(2, 32, 8, 1, 8192, d));
+    p.workspace = p.o;  // a stand-in: describe reads the call's sizes and options, never the memory
+    p.workspace_bytes = split_kv_workspace_bytes(p, kMaxKvSplits);
+    EXPECT_NE(describe_config(step, p).find("decode kernel (102)"), std::string::npos) << describe_config(step, p);
+    p = validation_params(split_shape(2, 32, 8, 512, 8192, d));
+    EXPECT_EQ(describe_config(step, p).find("decode kernel"), std::string::npos) << describe_config(step, p);
+  }
 }
 
 }  // namespace

@@ -285,8 +285,32 @@ def test_flash_attn_with_kvcache_paged_appends_through_the_block_table(page_size
     keeps a token, each sequence's pages shuffled through the pool. The new tokens land in the page and
     row the table names, attention reads each sequence's keys through its pages, and the result is the
     unpaged call's on the same keys."""
-    b, h_q, h_kv, d, pages_per_seq = 3, 8, 2, 128, 4
-    g = torch.Generator(device=DEV).manual_seed(51)
+    paged_append_matches(page_size, n_new, 128)
+
+
+@pytest.mark.parametrize("d", [32, 96, 192, 256])
+def test_flash_attn_with_kvcache_at_head_dims_beyond_the_lessons(d):
+    """The decode kernel at Part VI's head dims (where the build has them): a paged cache with the new
+    tokens appended (as above, pages of 16 keys), then a split decode call on a contiguous cache (the
+    package's workspace), each against the fp64 reference. At 256, which the decode kernel lacks, the
+    paged call is refused by name and the contiguous one runs on the prefill kernel."""
+    if not head_dim_built(d):
+        pytest.skip(f"the library is not built for head dim {d} (FA_HEAD_DIMS)")
+    if d == 256:
+        with pytest.raises(fa_course.UnsupportedInputError, match="head dim 256"):
+            paged_append_matches(16, 2, d)
+    else:
+        paged_append_matches(16, 2, d)
+    q, k, v = inputs(2, 1, 3000, 16, 4, d, seed=d + 5)
+    o, lse = fa_course.attention(q, k, v, return_lse=True)
+    ref_o, ref_lse = reference(q, k, v, lse=True)
+    close(o, ref_o)
+    torch.testing.assert_close(lse.double(), ref_lse.double(), atol=1e-3, rtol=1e-3)
+
+
+def paged_append_matches(page_size, n_new, d):
+    b, h_q, h_kv, pages_per_seq = 3, 8, 2, 4
+    g = torch.Generator(device=DEV).manual_seed(51 + d)
     rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
     num_pages = b * pages_per_seq + 2
     order = torch.randperm(b * pages_per_seq, generator=torch.Generator().manual_seed(52)).to(DEV)
