@@ -70,19 +70,28 @@ FA_HD constexpr int decode_tile_cols(int d) {
   return d <= 64 ? 64 : d <= 128 ? 128 : 256;
 }
 
-template <int BLOCK_M_, int BLOCK_N_, int STAGES_, int M_TILES_, int KEY_WARPS_ = 1>
+// COL_WARPS > 1 (D = 256): O's columns split over that many warps, each holding D / COL_WARPS of
+// them. Each computes the whole S = Q·Kᵀ of its rows (the same scores, the same softmax: the product
+// is repeated, the memory read is not) and multiplies P by its own columns of V. At D = 256 one warp
+// holding all of O (128 fp32 registers a thread) spilled at 255 registers in every configuration;
+// decode reads memory, so the repeated product is cheap where registers are not.
+template <int BLOCK_M_, int BLOCK_N_, int STAGES_, int M_TILES_, int KEY_WARPS_ = 1, int COL_WARPS_ = 1>
 struct Config {
   static constexpr int BLOCK_M = BLOCK_M_;
   static constexpr int BLOCK_N = BLOCK_N_;
   static constexpr int STAGES = STAGES_;
   static constexpr int M_TILES = M_TILES_;
   static constexpr int KEY_WARPS = KEY_WARPS_;
-  static constexpr const char* VARIANT = KEY_WARPS_ > 1 ? "keys over warps"
-                                                        : (M_TILES_ == 1 ? "16 rows/warp" : "32 rows/warp");
+  static constexpr int COL_WARPS = COL_WARPS_;
+  static constexpr const char* VARIANT = KEY_WARPS_ > 1
+                                             ? (COL_WARPS_ > 1 ? "keys and O columns over warps" : "keys over warps")
+                                             : (COL_WARPS_ > 1 ? "O columns over warps"
+                                                               : (M_TILES_ == 1 ? "16 rows/warp" : "32 rows/warp"));
   static constexpr int ROWS_PER_WARP = kMmaRows * M_TILES;
-  static constexpr int NUM_WARPS = BLOCK_M / ROWS_PER_WARP * KEY_WARPS;
+  static constexpr int NUM_WARPS = BLOCK_M / ROWS_PER_WARP * KEY_WARPS * COL_WARPS;
   static constexpr int WARP_N = BLOCK_N / KEY_WARPS;  // keys of a K/V tile one warp multiplies
   static_assert(KEY_WARPS == 1 || (BLOCK_M == ROWS_PER_WARP && M_TILES == 1), "keys split over one row tile's warps");
+  static_assert(COL_WARPS == 1 || M_TILES == 1, "O's columns split over warps of 16 rows");
   static_assert(WARP_N % 16 == 0, "whole 16-key blocks per warp");
   // __launch_bounds__'s blocks per SM: 0 says nothing (the compiler's choice); 1 lets the keys-over-
   // warps configurations take the registers their merge needs (left to itself, the compiler
@@ -96,8 +105,8 @@ struct Config {
   }
 };
 
-// The largest head dim it has (Part VI's 256 is the forwards' alone).
-constexpr int64_t kMaxHeadDim = 192;
+// The largest head dim it has: every one the forwards have.
+constexpr int64_t kMaxHeadDim = 256;
 
 // The rows of a group that fit one tile of every configuration: accepts() takes no more, except for
 // varlen calls (library/split_kv.h sizes the decode workspace from it).
@@ -151,13 +160,17 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
                   float* lse_part, const int64_t split_rows, const int pack, const ScoreModArgs mods) {
   constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, NUM_THREADS = Cfg::NUM_THREADS;
   constexpr int STAGES = Cfg::STAGES, M_TILES = Cfg::M_TILES, ROWS_PER_WARP = Cfg::ROWS_PER_WARP;
-  constexpr int KEY_WARPS = Cfg::KEY_WARPS, WARP_N = Cfg::WARP_N;
+  constexpr int KEY_WARPS = Cfg::KEY_WARPS, WARP_N = Cfg::WARP_N, COL_WARPS = Cfg::COL_WARPS;
+  constexpr int O_COLS = HEAD_DIM / COL_WARPS;  // the columns of O one warp holds
+  static_assert(O_COLS % 16 == 0, "whole 16-column blocks of V per warp");
   using Layout = SwizzledLayout<decode_tile_cols(HEAD_DIM)>;  // HEAD_DIM of its columns copied and read
   extern __shared__ uint4 smem[];
   const SmemTile<BLOCK_M, Layout> q_tile{reinterpret_cast<bf16*>(smem)};
   const SmemTile<BLOCK_N, Layout> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
 
-  const int warp = int(threadIdx.x) / kWarpSize;
+  // The warp's place: its columns of O (col_warp), then its rows or its keys (warp).
+  const int col_warp = int(threadIdx.x) / kWarpSize % COL_WARPS, warp = int(threadIdx.x) / kWarpSize / COL_WARPS;
+  const int c0 = col_warp * O_COLS;  // its first column of O and of V
   // Split: the combine may be launched now (programmatic dependent launch, sm_90): its blocks start
   // while these run and wait in wait_for_prior_grid() for the whole grid, so the gap between the two
   // kernels is not on the call's path.
@@ -258,12 +271,12 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
   cp_async_wait<STAGES - 1>();
   __syncthreads();
 
-  Acc<HEAD_DIM> o_i[M_TILES];
+  Acc<O_COLS> o_i[M_TILES];
   Rows m_i[M_TILES];
   Rows l_i[M_TILES];
 #pragma unroll
   for (int t = 0; t < M_TILES; ++t) {
-    o_i[t] = zeros<HEAD_DIM>();
+    o_i[t] = zeros<O_COLS>();
     m_i[t] = rows(-INFINITY);
     l_i[t] = rows(0.0f);
   }
@@ -308,7 +321,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
       p[t] = to_bf16(p_t);
       l_i[t] = l_i[t] + row_sum(p_t);
     }
-    mma_pv_rows<M_TILES>(o_i, p, v_tile);  // V's first HEAD_DIM columns
+    mma_pv_rows<M_TILES>(o_i, p, v_tile, c0);  // V's O_COLS columns from c0
   }
 
   // ---- keys over warps: each warp holds the tile's rows over its share of the keys. Through the
@@ -316,27 +329,29 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
   // fastest (no bank conflicts); warp 0 scales each by 2^(scale·(m_w − m)) to the rows' common max
   // m and sums them (an empty share, m_w = −inf, weighs 0), and stores the result alone.
   if constexpr (KEY_WARPS > 1) {
-    constexpr int WORDS = HEAD_DIM / 2 + 4;  // a lane's O fragments, then m and l for its two rows
-    static_assert(KEY_WARPS * WORDS * kWarpSize * 4 <= Layout::bytes(STAGES * 2 * BLOCK_N), "the ring holds them");
+    constexpr int WORDS = O_COLS / 2 + 4;  // a lane's O fragments, then m and l for its two rows
+    static_assert(KEY_WARPS * COL_WARPS * WORDS * kWarpSize * 4 <= Layout::bytes(STAGES * 2 * BLOCK_N),
+                  "the ring holds them");
     float* const part = reinterpret_cast<float*>(kv_ring.ptr);
     const int lane = int(threadIdx.x) % kWarpSize;
-    auto word = [&](int w, int j) -> float& { return part[(w * WORDS + j) * kWarpSize + lane]; };
+    auto word = [&](int w, int j) -> float& {
+      return part[((w * COL_WARPS + col_warp) * WORDS + j) * kWarpSize + lane];
+    };
     cp_async_wait<0>();
     __syncthreads();  // every warp is done with the ring
 #pragma unroll
-    for (int f = 0; f < HEAD_DIM / 8; ++f)
+    for (int f = 0; f < O_COLS / 8; ++f)
 #pragma unroll
       for (int e = 0; e < 4; ++e) word(warp, 4 * f + e) = o_i[0].c[f][e];
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-      word(warp, HEAD_DIM / 2 + r) = m_i[0].r[r], word(warp, HEAD_DIM / 2 + 2 + r) = l_i[0].r[r];
+    for (int r = 0; r < 2; ++r) word(warp, O_COLS / 2 + r) = m_i[0].r[r], word(warp, O_COLS / 2 + 2 + r) = l_i[0].r[r];
     __syncthreads();
     if (warp != 0) return;
     Rows m = m_i[0];
 #pragma unroll
     for (int w = 1; w < KEY_WARPS; ++w)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) m.r[r] = fmaxf(m.r[r], word(w, HEAD_DIM / 2 + r));
+      for (int r = 0; r < 2; ++r) m.r[r] = fmaxf(m.r[r], word(w, O_COLS / 2 + r));
     const Rows m_off = exp2_offset(m, scale_log2);
     const Rows a0 = rescale_factor(m_i[0], scale_log2, m_off);
     rescale(o_i[0], a0);
@@ -345,10 +360,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
     for (int w = 1; w < KEY_WARPS; ++w) {
       Rows m_w, l_w;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) m_w.r[r] = word(w, HEAD_DIM / 2 + r), l_w.r[r] = word(w, HEAD_DIM / 2 + 2 + r);
+      for (int r = 0; r < 2; ++r) m_w.r[r] = word(w, O_COLS / 2 + r), l_w.r[r] = word(w, O_COLS / 2 + 2 + r);
       const Rows a = rescale_factor(m_w, scale_log2, m_off);
 #pragma unroll
-      for (int f = 0; f < HEAD_DIM / 8; ++f)
+      for (int f = 0; f < O_COLS / 8; ++f)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o_i[0].c[f][e] += a.r[e / 2] * word(w, 4 * f + e);
       l_i[0] = l_i[0] + l_w * a;
@@ -379,19 +394,21 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
       }
     if constexpr (SPLIT) {
       const int64_t part = split * split_rows + lse_row0;
-      const PackedOut<float> out{{o_part + part * HEAD_DIM, n_q_max * HEAD_DIM, HEAD_DIM, pack},
-                                 {lse_part + part, n_q_max, 1, pack},
+      // O's columns from c0; the LSE (the same in every column warp) from the first alone.
+      const PackedOut<float> out{{o_part + part * HEAD_DIM + c0, n_q_max * HEAD_DIM, HEAD_DIM, pack},
+                                 {col_warp == 0 ? lse_part + part : nullptr, n_q_max, 1, pack},
                                  m_start,
                                  tile_row0,
                                  n_rows - m_start};
       PackedStore::store(out, o_i[t], m_i[t], l, scale_log2);
     } else {
-      const PackedOut<bf16> out{{static_cast<bf16*>(params.o) + o_at + h0 * params.o_stride.head, params.o_stride.head,
-                                 params.o_stride.seq, pack},
-                                {params.lse != nullptr ? params.lse + lse_at : nullptr, lse_head, 1, pack},
-                                m_start,
-                                tile_row0,
-                                n_rows - m_start};
+      const PackedOut<bf16> out{
+          {static_cast<bf16*>(params.o) + o_at + h0 * params.o_stride.head + c0, params.o_stride.head,
+           params.o_stride.seq, pack},
+          {params.lse != nullptr && col_warp == 0 ? params.lse + lse_at : nullptr, lse_head, 1, pack},
+          m_start,
+          tile_row0,
+          n_rows - m_start};
       PackedStore::store(out, o_i[t], m_i[t], l, scale_log2);
     }
   }
@@ -654,23 +671,25 @@ const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
                                             At<128, Config<64, 64, 3, 1>>{},     // 4 warps of 16 rows
                                             At<128, Config<16, 64, 3, 1, 4>>{},  // 16 rows, keys over 4 warps
                                             // Part VI's head dims: D = 32 as 64, 96 as 128; at 192 the
-                                            // 64-row tile keeps two stages (three: 224 KB). Not 256: at
-                                            // 255 registers every configuration spilled 4-36 bytes (D =
-                                            // 128 fp32 registers of O a thread; outside the KV loop)
-                                            At<32, Config<64, 64, 3, 2>>{},       //
-                                            At<32, Config<64, 64, 3, 1>>{},       //
-                                            At<32, Config<16, 64, 3, 1, 4>>{},    //
-                                            At<96, Config<64, 64, 3, 1>>{},       //
-                                            At<96, Config<16, 64, 3, 1, 4>>{},    //
-                                            At<192, Config<64, 64, 2, 1>>{},      //
-                                            At<192, Config<16, 64, 3, 1, 4>>{}),  //
+                                            // 64-row tile keeps two stages (three: 224 KB); at 256 O's
+                                            // columns over two warps (one warp holding all of them
+                                            // spilled 4-36 bytes at 255 registers in every configuration)
+                                            At<32, Config<64, 64, 3, 2>>{},          //
+                                            At<32, Config<64, 64, 3, 1>>{},          //
+                                            At<32, Config<16, 64, 3, 1, 4>>{},       //
+                                            At<96, Config<64, 64, 3, 1>>{},          //
+                                            At<96, Config<16, 64, 3, 1, 4>>{},       //
+                                            At<192, Config<64, 64, 2, 1>>{},         //
+                                            At<192, Config<16, 64, 3, 1, 4>>{},      //
+                                            At<256, Config<64, 64, 2, 1, 1, 2>>{},   // 4 row × 2 column warps
+                                            At<256, Config<16, 64, 3, 1, 4, 2>>{}),  // 4 key × 2 column warps
                           /*kv_buckets=*/true);  // a decode's cache grows a key a call: key by N_kv's bucket
 
 }  // namespace
 
 bool accepts(const AttentionParams& p, bool prefill_varlen) {
   if (p.dtype != DType::bf16) return false;  // its one type (dtypes()): fp16 runs the caller's kernels
-  // Every head dim the build has but 256 (the configurations above).
+  // Every head dim the build has (the configurations above).
   if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0 || !head_dim_built(int(p.head_dim))) return false;
   if (p.head_dim > kMaxHeadDim) return false;
   const int64_t rows = p.seqlen_q * (p.heads_q / p.heads_kv);
@@ -689,13 +708,13 @@ Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool pr
   *taken = accepts(p, prefill_varlen);
   if (*taken) return forward(p, stream);
   // What keeps the decode kernel from the call, for the refusals below: its element type (bf16; the
-  // forwards may have fp16), its head dims (32 to 192; the forwards have 256 too), else the call's
-  // query rows. Built only for a refusal: every prefill call passes through here.
+  // forwards may have fp16), else the call's query rows. Built only for a refusal: every prefill call passes through
+  // here.
   auto why = [&p] {
     if (p.dtype != DType::bf16)
       return "the decode kernel's, which is built for bf16 only; this call is " + dtype_name(p.dtype);
     if (p.head_dim > kMaxHeadDim)
-      return "the decode kernel's, which has head dims 32 to 192; this call has head dim " + std::to_string(p.head_dim);
+      return "the decode kernel's, which has head dims 32 to 256; this call has head dim " + std::to_string(p.head_dim);
     return "for calls whose query rows times H_q / H_kv are at most " + std::to_string(kMaxPackedRows) +
            " (decode); this call has " + std::to_string(p.seqlen_q * (p.heads_q / p.heads_kv));
   };
@@ -704,7 +723,7 @@ Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool pr
                                " with packed sequences (cu_seqlens) are the decode kernel's alone, " + why());
   if (p.cu_seqlens_q != nullptr && !prefill_varlen)  // only this kernel reads the offsets, not the prefill kernel
     return Status::Unsupported(
-        "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 32 to 192 "
+        "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 32 to 256 "
         "in bf16 where the build has them; this call has head dim " +
         std::to_string(p.head_dim) + " in " + dtype_name(p.dtype));
   if (p.seqlens_kv != nullptr || p.block_table != nullptr)

@@ -292,15 +292,11 @@ def test_flash_attn_with_kvcache_paged_appends_through_the_block_table(page_size
 def test_flash_attn_with_kvcache_at_head_dims_beyond_the_lessons(d):
     """The decode kernel at Part VI's head dims (where the build has them): a paged cache with the new
     tokens appended (as above, pages of 16 keys), then a split decode call on a contiguous cache (the
-    package's workspace), each against the fp64 reference. At 256, which the decode kernel lacks, the
-    paged call is refused by name and the contiguous one runs on the prefill kernel."""
+    package's workspace), each against the fp64 reference. At 256 the decode kernel splits O's columns
+    over two warps; the results are held to the same tolerance."""
     if not head_dim_built(d):
         pytest.skip(f"the library is not built for head dim {d} (FA_HEAD_DIMS)")
-    if d == 256:
-        with pytest.raises(fa_course.UnsupportedInputError, match="head dim 256"):
-            paged_append_matches(16, 2, d)
-    else:
-        paged_append_matches(16, 2, d)
+    paged_append_matches(16, 2, d)
     q, k, v = inputs(2, 1, 3000, 16, 4, d, seed=d + 5)
     o, lse = fa_course.attention(q, k, v, return_lse=True)
     ref_o, ref_lse = reference(q, k, v, lse=True)
