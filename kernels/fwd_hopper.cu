@@ -501,8 +501,9 @@ const Capabilities kCaps = [] {
   c.tma = true;                             // 32-bit coordinates, 40-bit byte strides
   c.max_work_tiles = kMaxWorkTiles;         // the persistent grid's 32-bit tile counter,
   c.work_tile_rows = kTuner.min_block_m();  // counted in the smallest tiles any configuration takes
-  c.deterministic_backward = true;          // its backward: the Hopper one (kernels/bwd_hopper.cu),
-  c.backward_head_dims = bwd_hopper::backward_caps().head_dims;  // at 32, 64, 96 and 128
+  c.deterministic_backward = true;          // its backward: the Hopper one (kernels/bwd_hopper.cu)
+  c.backward_head_dims = forward_caps({32, 64, 96, 128, 192, 256}).head_dims;  // at 32 to 128, the
+                                                                               // mma.sync one at 192, 256
   c.split_kv = true;    // decode calls: the decode kernel splits their keys (kernels/fwd_decode.cu)
   c.seqlens_kv = true;  // ... and reads a length per sequence
   c.paged_kv = true;    // ... a paged cache
@@ -527,6 +528,12 @@ Status forward(const AttentionParams& p, cudaStream_t stream) {
   return kTuner.run(p, stream);
 }
 
+// Its backward: the Hopper backward at its head dims (32 to 128); at 192 and 256, which it lacks,
+// the mma.sync backward (kernels/bwd_mma.cu, 64-key blocks there), as kernel 100's.
+Status backward(const BackwardParams& bp, cudaStream_t stream) {
+  return bp.fwd.head_dim > 128 ? bwd::backward(bp, stream) : bwd_hopper::backward(bp, stream);
+}
+
 // What runs call p: the decode kernel's configuration for the calls it takes, else the tuner's.
 std::string describe(const AttentionParams& p) {
   return decode::describe(p, kTuner.describe(p), /*prefill_varlen=*/true);
@@ -535,6 +542,6 @@ std::string describe(const AttentionParams& p) {
 FA_REGISTER_STEP({kProductionHopper, "kernel_hopper", /*base=*/16,
                   "the production forward on Hopper: step 16 with its mask, score hook, scheduler and epilogue "
                   "as policies",
-                  kCaps, &forward, "", &bwd_hopper::backward, &describe})
+                  kCaps, &forward, "", &backward, &describe})
 
 }  // namespace fa::kernels::hopper

@@ -16,12 +16,10 @@ _ALIGNS = {"top_left": False, "bottom_right": True}
 # The largest magnitude that rounds to 0 in fp32 (half the smallest subnormal, 2^-149; the tie goes
 # to the even neighbour, 0). Plain float arithmetic, so that torch.compile traces the check.
 _FP32_ROUNDS_TO_ZERO = 2.0 ** -150
-# The head dims the library's backwards have (kernels/bwd_mma.cu: 32, 64, 96, 128 where built;
-# kernels/bwd_hopper.cu: 32, 64, 96, 128). The forwards have 192 and 256 too where the library is built for
-# them (FA_HEAD_DIMS): a call that would need a gradient there is refused before its forward runs.
-# A head dim no kernel has at all (80, say) is the library's to refuse, as unsupported input.
-_BACKWARD_HEAD_DIMS = (32, 64, 96, 128)
-_FORWARD_ONLY_HEAD_DIMS = (192, 256)
+# The head dims the library's backwards have: every one the forwards have (kernels/bwd_mma.cu: 32 to
+# 256 where built, 256 on sm_90 alone; kernels/bwd_hopper.cu: 32 to 128, and kernel 101 hands 192 and
+# 256 to the mma.sync one). A head dim no kernel has at all (80, say), or the backward at 256 on a GPU
+# before sm_90, is the library's to refuse, as unsupported input.
 # The element types: bf16 everywhere; fp16 in the production forwards where the library is built with
 # it (FA_DTYPES=bf16;fp16; elsewhere the library refuses it by name). The backwards, the decode kernel's
 # options and every lesson are bf16 alone: an fp16 call that would need a gradient is refused here,
@@ -400,10 +398,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise NotImplementedError("fa_course.attention: no backward in float16 yet (the backwards are bfloat16 "
                                   "alone); run the forward under torch.no_grad() or with inputs that do not require "
                                   "grad, or train in bfloat16")
-    if (grad or sink_grad) and q.dim() == 4 and q.shape[-1] in _FORWARD_ONLY_HEAD_DIMS:
-        raise NotImplementedError(f"fa_course.attention: no backward at head dim {q.shape[-1]} yet (the backwards "
-                                  f"have {' and '.join(map(str, _BACKWARD_HEAD_DIMS))}); run the forward under "
-                                  "torch.no_grad() or with inputs that do not require grad")
     window = _window(window_size, "attention")
     if alibi_slopes is not None and torch.is_grad_enabled() and alibi_slopes.requires_grad:
         raise NotImplementedError("fa_course.attention: no gradient for alibi_slopes (the library's backward, like "

@@ -605,9 +605,9 @@ def test_head_dims_beyond_the_lessons(d, causal):
     """Part VI's head dims on the production forwards (kernels 100 and 101 all four, 101 on an
     H100/H200): flash_attn_func against the fp64 reference (ragged, GQA, N_q > N_kv bottom-right,
     whose first rows see no key), the library's choice the fastest kernel that has the head dim;
-    gradients at 32 and 96 (kernel 100's backward, the Hopper backward on an H100/H200) at the
-    flash-attn suite's yardstick, and at 192
-    and 256 a call that needs a gradient refused before anything runs."""
+    gradients at every one (kernel 100's backward; on an H100/H200 the Hopper backward at 32 and 96,
+    the mma.sync one at 192 and 256) at the flash-attn suite's yardstick. At 256 before sm_90 the
+    backward is refused by name."""
     if not head_dim_built(d):
         pytest.skip(f"the library is not built for head dim {d} (FA_HEAD_DIMS)")
     for shape in ((2, 77, 131, 4, 2, d), (1, 300, 200, 8, 1, d), (1, 1013, 1024, 2, 2, d)):
@@ -620,18 +620,14 @@ def test_head_dims_beyond_the_lessons(d, causal):
         assert torch.equal(torch.isinf(lse), ~seen)
     hopper = torch.cuda.get_device_capability(q.device) == (9, 0)  # kernel 101 has all four
     assert fa_course.pick_step(q, k, v) == (101 if hopper else 100)
-    if d in (32, 96):  # the backwards have these: the flash-attn suite's yardstick
-        q, k, v = inputs(2, 77, 131, 4, 2, d, seed=d + 1)
-        do = upstream(q, seed=d + 2)
-        ours, bf16, exact = three_ways([q, k, v], do, causal=causal, causal_align="bottom_right")
-        within_yardstick(ours, bf16, exact, what=f"D = {d}: ")
+    q, k, v = inputs(2, 77, 131, 4, 2, d, seed=d + 1)
+    do = upstream(q, seed=d + 2)
+    if d == 256 and torch.cuda.get_device_capability(q.device) < (9, 0):
+        with pytest.raises(fa_course.UnsupportedInputError, match="head dim 256"):
+            three_ways([q, k, v], do, causal=causal, causal_align="bottom_right")
         return
-    sink = torch.zeros(q.shape[2], device=DEV, requires_grad=True)  # a gradient for the sinks alone
-    with pytest.raises(NotImplementedError, match=f"no backward at head dim {d}"):
-        fa_course.flash_attn_func(q, k, v, causal=causal, learnable_sink=sink)
-    q.requires_grad_()
-    with pytest.raises(NotImplementedError, match=f"no backward at head dim {d}"):
-        fa_course.flash_attn_func(q, k, v, causal=causal)
+    ours, bf16, exact = three_ways([q, k, v], do, causal=causal, causal_align="bottom_right")
+    within_yardstick(ours, bf16, exact, what=f"D = {d}: ")
 
 
 def test_flash_attn_func_refuses_what_it_does_not_have():

@@ -293,17 +293,29 @@ TEST(Backward, ScoreMods) {
   expect_gradients_untouched(g);
 }
 
-// Part VI's head dims, where the build compiles them (FA_HEAD_DIMS): kernel 100's backward has 32
-// and 96 (against the fp64 reference: ragged GQA, causal bottom-right with rows that see no key, a
-// longer causal call); where a step's forward has a head dim its backward lacks (192 and 256 on
-// kernels 100 and 101), the forward runs, the backward refuses by name and writes
-// nothing. Each skipped, never passed, for a step without such a head dim.
+// Part VI's head dims, where the build compiles them (FA_HEAD_DIMS): kernel 100's backward has 32,
+// 96, 192 and 256 (kernel 101's the Hopper backward's 32 and 96, the mma.sync one's 192 and 256), each
+// against the fp64 reference: ragged GQA, causal bottom-right with rows that see no key, a longer
+// causal call, a window and the cap. At 256 on a GPU before sm_90 the mma.sync backward refuses by
+// name and writes nothing (its registers spill there). Skipped, never passed, for a step without
+// such a head dim.
 TEST(Backward, HeadDimsBeyondTheLessons) {
   FA_REQUIRE_GPU();
+  Capabilities sm90;
+  sm90.only_sm = 90;
+  const bool on_sm90 = check_device(sm90).ok();
   int runs = 0;
   for (int d : testing::backward_head_dims(testing::the_step())) {
-    if (d != 32 && d != 96) continue;
+    if (d != 32 && d != 96 && d != 192 && d != 256) continue;
     ++runs;
+    if (d == 256 && !on_sm90) {
+      AttentionProblem prob(shape(1, 2, 1, 100, 130, d, true, CausalAlign::bottom_right, 11));
+      ASSERT_TRUE(testing::the_step().forward(prob.params(), nullptr).ok());
+      Gradients g = make_gradients(prob, 12);
+      expect_refused(testing::the_step().backward(g.bp, nullptr), "head dim 256");
+      expect_gradients_untouched(g);
+      continue;
+    }
     check_backward(shape(2, 4, 2, 77, 131, d, false, CausalAlign::top_left, 21));
     check_backward(shape(1, 4, 1, 200, 70, d, true, CausalAlign::bottom_right, 22));
     check_backward(shape(1, 2, 2, 1024, 1024, d, true, CausalAlign::top_left, 23));
@@ -315,7 +327,7 @@ TEST(Backward, HeadDimsBeyondTheLessons) {
     capped.softcap = 5.0f;
     check_backward(capped);
   }
-  if (runs == 0) GTEST_SKIP() << "the step has no backward at D = 32 or 96";
+  if (runs == 0) GTEST_SKIP() << "the step has no backward at D = 32, 96, 192 or 256";
 }
 
 TEST(Backward, HeadDimsWithoutABackwardAreRefused) {
