@@ -18,8 +18,8 @@ _ALIGNS = {"top_left": False, "bottom_right": True}
 _FP32_ROUNDS_TO_ZERO = 2.0 ** -150
 # The head dims the library's backwards have: every one the forwards have (kernels/bwd_mma.cu: 32 to
 # 256 where built, 256 on sm_90 alone; kernels/bwd_hopper.cu: 32 to 128, and kernel 101 hands 192 and
-# 256 to the mma.sync one). A head dim no kernel has at all (80, say), or the backward at 256 on a GPU
-# before sm_90, is the library's to refuse, as unsupported input.
+# 256 to the mma.sync one). The backward at 256 before sm_90 is refused here, before the forward runs; a
+# head dim no kernel has at all (80, say) is the library's to refuse, as unsupported input.
 # The element types: bf16 everywhere; fp16 in the production forwards where the library is built with
 # it (FA_DTYPES=bf16;fp16; elsewhere the library refuses it by name). The backwards, the decode kernel's
 # options and every lesson are bf16 alone: an fp16 call that would need a gradient is refused here,
@@ -398,6 +398,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise NotImplementedError("fa_course.attention: no backward in float16 yet (the backwards are bfloat16 "
                                   "alone); run the forward under torch.no_grad() or with inputs that do not require "
                                   "grad, or train in bfloat16")
+    if ((grad or sink_grad) and q.dim() == 4 and q.shape[-1] == 256 and q.is_cuda
+            and torch.cuda.get_device_capability(q.device) < (9, 0)):
+        raise NotImplementedError("fa_course.attention: no backward at head dim 256 on this GPU (compute capability "
+                                  f"{'.'.join(map(str, torch.cuda.get_device_capability(q.device)))}; the library's "
+                                  "backward at 256 runs on sm_90 GPUs alone); run the forward under torch.no_grad() "
+                                  "or with inputs that do not require grad")
     window = _window(window_size, "attention")
     if alibi_slopes is not None and torch.is_grad_enabled() and alibi_slopes.requires_grad:
         raise NotImplementedError("fa_course.attention: no gradient for alibi_slopes (the library's backward, like "

@@ -606,8 +606,8 @@ def test_head_dims_beyond_the_lessons(d, causal):
     H100/H200): flash_attn_func against the fp64 reference (ragged, GQA, N_q > N_kv bottom-right,
     whose first rows see no key), the library's choice the fastest kernel that has the head dim;
     gradients at every one (kernel 100's backward; on an H100/H200 the Hopper backward at 32 and 96,
-    the mma.sync one at 192 and 256) at the flash-attn suite's yardstick. At 256 before sm_90 the
-    backward is refused by name."""
+    the mma.sync one at 192 and 256) at the flash-attn suite's yardstick. At 256 before sm_90 a call
+    that needs a gradient is refused by name before its forward runs."""
     if not head_dim_built(d):
         pytest.skip(f"the library is not built for head dim {d} (FA_HEAD_DIMS)")
     for shape in ((2, 77, 131, 4, 2, d), (1, 300, 200, 8, 1, d), (1, 1013, 1024, 2, 2, d)):
@@ -623,8 +623,9 @@ def test_head_dims_beyond_the_lessons(d, causal):
     q, k, v = inputs(2, 77, 131, 4, 2, d, seed=d + 1)
     do = upstream(q, seed=d + 2)
     if d == 256 and torch.cuda.get_device_capability(q.device) < (9, 0):
-        with pytest.raises(fa_course.UnsupportedInputError, match="head dim 256"):
-            three_ways([q, k, v], do, causal=causal, causal_align="bottom_right")
+        q.requires_grad_()
+        with pytest.raises(NotImplementedError, match="no backward at head dim 256"):
+            fa_course.flash_attn_func(q, k, v, causal=causal)  # refused before the forward runs
         return
     ours, bf16, exact = three_ways([q, k, v], do, causal=causal, causal_align="bottom_right")
     within_yardstick(ours, bf16, exact, what=f"D = {d}: ")
