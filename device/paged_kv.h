@@ -124,10 +124,12 @@ __device__ __forceinline__ TilePages<NUM_THREADS, ROWS, Layout> lookup_tile_page
 /// Keys [first_key, first_key + ROWS) of `kv` into k_tile and v_tile by cp.async, from the pages
 /// lookup_tile_pages read for the same keys (rows >= valid_rows arrive as zeros, unread). K and V
 /// share the pages: key j is in the same page of both pools. Every thread of the warp calls it (the
-/// shuffles). The caller commits the group. (COLS as tile::load_tile_async's.)
-template <int NUM_THREADS, int ROWS, typename Layout, int COLS = Layout::kCols>
-__device__ __forceinline__ void load_paged_kv_async(SmemTile<ROWS, Layout> k_tile, SmemTile<ROWS, Layout> v_tile,
-                                                    const PagedKv& kv,
+/// shuffles). The caller commits the group. (COLS as tile::load_tile_async's.) The copies move 16-byte
+/// chunks of 16-bit elements: the tiles' Elem (bf16 or fp16) is the pool's, whatever PagedKv's
+/// pointers name.
+template <int NUM_THREADS, int ROWS, typename Layout, int COLS = Layout::kCols, typename Elem = bf16>
+__device__ __forceinline__ void load_paged_kv_async(SmemTile<ROWS, Layout, Elem> k_tile,
+                                                    SmemTile<ROWS, Layout, Elem> v_tile, const PagedKv& kv,
                                                     const TilePages<NUM_THREADS, ROWS, Layout>& pages, int first_key,
                                                     int valid_rows) {
   using Plan = typename TilePages<NUM_THREADS, ROWS, Layout>::Plan;

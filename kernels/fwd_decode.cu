@@ -154,7 +154,8 @@ __device__ __forceinline__ Rows packed_head_values(const float* arr, int64_t str
   return v;
 }
 
-template <int HEAD_DIM, typename Cfg, bool SPLIT, typename Sequences, bool MODS = false>
+// T: the element type of Q, K, V and O (bf16; the kernel is written for fp16 too, as the forwards').
+template <int HEAD_DIM, typename Cfg, bool SPLIT, typename Sequences, bool MODS = false, typename T = bf16>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
     decode_kernel(const AttentionParams params, const float scale_log2, const int splits, float* o_part,
                   float* lse_part, const int64_t split_rows, const int pack, const ScoreModArgs mods) {
@@ -165,8 +166,8 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
   static_assert(O_COLS % 16 == 0, "whole 16-column blocks of V per warp");
   using Layout = SwizzledLayout<decode_tile_cols(HEAD_DIM)>;  // HEAD_DIM of its columns copied and read
   extern __shared__ uint4 smem[];
-  const SmemTile<BLOCK_M, Layout> q_tile{reinterpret_cast<bf16*>(smem)};
-  const SmemTile<BLOCK_N, Layout> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
+  const SmemTile<BLOCK_M, Layout, T> q_tile{reinterpret_cast<T*>(smem)};
+  const SmemTile<BLOCK_N, Layout, T> kv_ring{q_tile.ptr + BLOCK_M * Layout::kRowElems};  // STAGES × [K, then V]
 
   // The warp's place: its columns of O (col_warp), then its rows or its keys (warp).
   const int col_warp = int(threadIdx.x) / kWarpSize % COL_WARPS, warp = int(threadIdx.x) / kWarpSize / COL_WARPS;
@@ -223,10 +224,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
   const int64_t o_at = sequence_offset(params.o_stride, b, q_seq, varlen);
   const int64_t k_at = sequence_offset(params.k_stride, b, kv_seq, varlen);
   const int64_t v_at = sequence_offset(params.v_stride, b, kv_seq, varlen);
-  const bf16* k_ptr =
-      static_cast<const bf16*>(params.k) + k_at + h_kv * params.k_stride.head + int64_t(key0) * params.k_stride.seq;
-  const bf16* v_ptr =
-      static_cast<const bf16*>(params.v) + v_at + h_kv * params.v_stride.head + int64_t(key0) * params.v_stride.seq;
+  const T* k_ptr =
+      static_cast<const T*>(params.k) + k_at + h_kv * params.k_stride.head + int64_t(key0) * params.k_stride.seq;
+  const T* v_ptr =
+      static_cast<const T*>(params.v) + v_at + h_kv * params.v_stride.head + int64_t(key0) * params.v_stride.seq;
   // Paged (a block table): key j of the sequence is row j % page_size of page table[j / page_size]
   // of the K and V pools (device/paged_kv.h); the loads below take it from there.
   const bool paged = params.block_table != nullptr;
@@ -251,16 +252,16 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
           lookup_tile_pages<NUM_THREADS, BLOCK_N, Layout>(pages, key0 + n_start + BLOCK_N, n_kv - n_start - BLOCK_N);
       return;
     }
-    load_tile_async<NUM_THREADS, BLOCK_N, Layout, bf16, HEAD_DIM>(
+    load_tile_async<NUM_THREADS, BLOCK_N, Layout, T, HEAD_DIM>(
         k_tile_of(n_block), k_ptr + n_start * params.k_stride.seq, params.k_stride.seq, kv_rows);
-    load_tile_async<NUM_THREADS, BLOCK_N, Layout, bf16, HEAD_DIM>(
+    load_tile_async<NUM_THREADS, BLOCK_N, Layout, T, HEAD_DIM>(
         v_tile_of(n_block), v_ptr + n_start * params.v_stride.seq, params.v_stride.seq, kv_rows);
   };
 
   {
-    const PackedRows<const bf16> q_rows{static_cast<const bf16*>(params.q) + q_at + h0 * params.q_stride.head,
-                                        params.q_stride.head, params.q_stride.seq, pack};
-    load_rows_async<NUM_THREADS, BLOCK_M, Layout, bf16, HEAD_DIM>(
+    const PackedRows<const T> q_rows{static_cast<const T*>(params.q) + q_at + h0 * params.q_stride.head,
+                                     params.q_stride.head, params.q_stride.seq, pack};
+    load_rows_async<NUM_THREADS, BLOCK_M, Layout, T, HEAD_DIM>(
         q_tile, [&](int row) { return q_rows(m_start + row); }, min(BLOCK_M, n_rows - m_start));
   }
   cp_async_commit();
@@ -299,11 +300,11 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
     if (n_block + STAGES - 1 < n_blocks) load_kv(n_block + STAGES - 1);
     cp_async_commit();
     // The warp's keys of the tile: all of them, or its WARP_N (16 rows down keeps the swizzle).
-    const SmemTile<WARP_N, Layout> k_tile{k_tile_of(n_block).ptr + warp_key * Layout::kRowElems},
+    const SmemTile<WARP_N, Layout, T> k_tile{k_tile_of(n_block).ptr + warp_key * Layout::kRowElems},
         v_tile{v_tile_of(n_block).ptr + warp_key * Layout::kRowElems};
 
     Acc<WARP_N> s[M_TILES];
-    mma_qk_tiles<M_TILES, WARP_N, BLOCK_M, Layout, Layout, bf16, HEAD_DIM>(s, q_tile, warp_row, k_tile);
+    mma_qk_tiles<M_TILES, WARP_N, BLOCK_M, Layout, Layout, T, HEAD_DIM>(s, q_tile, warp_row, k_tile);
     FragA<WARP_N> p[M_TILES];
 #pragma unroll
     for (int t = 0; t < M_TILES; ++t) {
@@ -318,7 +319,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
         m_i[t] = m_new;
       }
       const Acc<WARP_N> p_t = exp2_rows(s[t], scale_log2, exp2_offset(m_i[t], scale_log2));
-      p[t] = to_bf16(p_t);
+      p[t] = to_a<T>(p_t);
       l_i[t] = l_i[t] + row_sum(p_t);
     }
     mma_pv_rows<M_TILES>(o_i, p, v_tile, c0);  // V's O_COLS columns from c0
@@ -402,9 +403,9 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
                                  n_rows - m_start};
       PackedStore::store(out, o_i[t], m_i[t], l, scale_log2);
     } else {
-      const PackedOut<bf16> out{
-          {static_cast<bf16*>(params.o) + o_at + h0 * params.o_stride.head + c0, params.o_stride.head,
-           params.o_stride.seq, pack},
+      const PackedOut<T> out{
+          {static_cast<T*>(params.o) + o_at + h0 * params.o_stride.head + c0, params.o_stride.head, params.o_stride.seq,
+           pack},
           {params.lse != nullptr && col_warp == 0 ? params.lse + lse_at : nullptr, lse_head, 1, pack},
           m_start,
           tile_row0,
@@ -415,7 +416,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
 }
 
 // The combine: W warps per row of one (batch, query head) (1, 2, 4 or 8, from the split count:
-// combine_warps); it writes O (bf16) and the LSE. Step 27's combine gave a row HEAD_DIM / 8 lanes,
+// combine_warps); it writes O (T: bf16) and the LSE. Step 27's combine gave a row HEAD_DIM / 8 lanes,
 // each walking the S splits one dependent load after another: S round trips to L2 per row, most of
 // the combine's time at one sequence, where it is a couple of blocks. Each warp of a row first reads
 // the row's S partial LSEs together (a lane every 32nd split), reduces max and sum by shuffles
@@ -446,7 +447,7 @@ constexpr int combine_warps(int splits) {
   return w;
 }
 
-template <int HEAD_DIM>
+template <int HEAD_DIM, typename T = bf16>
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const AttentionParams params, const int splits, const int row_warps, const float* o_part,
                    const float* lse_part) {
@@ -543,10 +544,10 @@ __global__ void __launch_bounds__(kCombineThreads)
       lse = lse_all;
     }
   }
-  bf16* const o_row = static_cast<bf16*>(params.o) + sequence_offset(params.o_stride, b, q_seq, varlen) +
-                      h * params.o_stride.head + i * params.o_stride.seq;
-  *reinterpret_cast<uint4*>(o_row + col) = uint4{ptx::pack_bf16x2(acc[0], acc[1]), ptx::pack_bf16x2(acc[2], acc[3]),
-                                                 ptx::pack_bf16x2(acc[4], acc[5]), ptx::pack_bf16x2(acc[6], acc[7])};
+  T* const o_row = static_cast<T*>(params.o) + sequence_offset(params.o_stride, b, q_seq, varlen) +
+                   h * params.o_stride.head + i * params.o_stride.seq;
+  *reinterpret_cast<uint4*>(o_row + col) = uint4{ptx::pack_x2<T>(acc[0], acc[1]), ptx::pack_x2<T>(acc[2], acc[3]),
+                                                 ptx::pack_x2<T>(acc[4], acc[5]), ptx::pack_x2<T>(acc[6], acc[7])};
   if (params.lse != nullptr && lane == 0) params.lse[lse_offset(params, b, h, q_seq, i, varlen)] = lse;
 }
 
@@ -614,19 +615,25 @@ Status launch_early(bool early, void (*kernel)(Params...), dim3 grid, int thread
 struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
+    return launch_as<bf16, HEAD_DIM, Cfg>(p, stream);  // its one type (dtypes())
+  }
+
+  template <typename T, int HEAD_DIM, typename Cfg>
+  static Status launch_as(const AttentionParams& p, cudaStream_t stream) {
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
     int splits = 1;
     if (Status st = choose_splits<HEAD_DIM, Cfg>(p, &splits); !st.ok()) return st;
     const bool packed = p.cu_seqlens_q != nullptr;
     // Score modifications: kernels of their own (MODS), batched calls and packed ones alike.
-    const auto kernel =
-        p.has_score_mods() ? (splits > 1 ? (packed ? decode_kernel<HEAD_DIM, Cfg, true, Packed, true>
-                                                   : decode_kernel<HEAD_DIM, Cfg, true, Batched, true>)
-                                         : (packed ? decode_kernel<HEAD_DIM, Cfg, false, Packed, true>
-                                                   : decode_kernel<HEAD_DIM, Cfg, false, Batched, true>))
-        : splits > 1
-            ? (packed ? decode_kernel<HEAD_DIM, Cfg, true, Packed> : decode_kernel<HEAD_DIM, Cfg, true, Batched>)
-            : (packed ? decode_kernel<HEAD_DIM, Cfg, false, Packed> : decode_kernel<HEAD_DIM, Cfg, false, Batched>);
+    const auto kernel = p.has_score_mods()
+                            ? (splits > 1 ? (packed ? decode_kernel<HEAD_DIM, Cfg, true, Packed, true, T>
+                                                    : decode_kernel<HEAD_DIM, Cfg, true, Batched, true, T>)
+                                          : (packed ? decode_kernel<HEAD_DIM, Cfg, false, Packed, true, T>
+                                                    : decode_kernel<HEAD_DIM, Cfg, false, Batched, true, T>))
+                        : splits > 1 ? (packed ? decode_kernel<HEAD_DIM, Cfg, true, Packed, false, T>
+                                               : decode_kernel<HEAD_DIM, Cfg, true, Batched, false, T>)
+                                     : (packed ? decode_kernel<HEAD_DIM, Cfg, false, Packed, false, T>
+                                               : decode_kernel<HEAD_DIM, Cfg, false, Batched, false, T>);
     if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
     const SplitKvWorkspace ws = split_kv_workspace(p, splits);
     char* const base = static_cast<char*>(p.workspace);
@@ -653,8 +660,9 @@ struct Launcher {
                               unsigned(std::min<int64_t>(bh, 65535)), unsigned(cdiv(bh, 65535)));
       // The combine too: started while the split kernel runs (which allows it at its start), it
       // waits in wait_for_prior_grid() for the partials.
-      if (Status st = launch_early(true, combine_kernel<HEAD_DIM>, combine_grid, kCombineThreads, 0, stream, p, splits,
-                                   row_warps, static_cast<const float*>(o_part), static_cast<const float*>(lse_part));
+      if (Status st =
+              launch_early(true, combine_kernel<HEAD_DIM, T>, combine_grid, kCombineThreads, 0, stream, p, splits,
+                           row_warps, static_cast<const float*>(o_part), static_cast<const float*>(lse_part));
           !st.ok())
         return st;
     }
