@@ -6,7 +6,7 @@
     # or, on a loaded model: model.set_attn_implementation(name)
 
 What it serves: bf16 attention at the head dims the course builds (64, 128; with FA_HEAD_DIMS=all
-also 32, 96, 192, 256, forward only), grouped-query heads,
+also 32, 96, 192, 256, training too, at 256 on sm_90 GPUs), grouped-query heads,
 prefill (causal; with fewer queries than keys, as after a KV cache, the mask is aligned bottom-right,
 flash-attn's convention), decoding (one query against the cache) and non-causal (encoder-style)
 attention; sliding-window layers (Mistral, Qwen2, Gemma-style: a token sees itself and the W − 1
