@@ -223,6 +223,44 @@ def test_head_dims_beyond_the_lessons_in_a_model(shape):
     assert gap <= tol, f"a generated token's fp32 logit is {gap:.3f} below the best (bf16 error {tol / 4:.3f})"
 
 
+@pytest.mark.parametrize("shape", ["phi", "gemma"])
+def test_head_dims_beyond_the_lessons_train(shape):
+    """Part VI's head dims in training, where the library is built for them: one backward through a
+    Phi-shaped Llama (D = 96: kernel 100's backward, or the Hopper one on an H100/H200) and a
+    Gemma-shaped model (D = 256: the mma.sync backward on either kernel), every parameter's gradient
+    within bf16's reach of SDPA's, judged against an fp32 eager copy. At 256 before sm_90 the
+    gradient is refused by name before the forward runs."""
+    d = 96 if shape == "phi" else 256
+    probe = torch.zeros(1, 1, 1, d, device=DEV, dtype=torch.bfloat16)
+    try:
+        fa_course.pick_step(probe, probe, probe)
+    except fa_course.UnsupportedInputError:
+        pytest.skip(f"the library is not built for head dim {d} (FA_HEAD_DIMS)")
+    if shape == "phi":
+        config = copy.deepcopy(CONFIG)
+        config.hidden_size, config.head_dim = 4 * d, d
+    else:
+        config = _mod_config("GemmaConfig", head_dim=d)
+    fresh = lambda: copy.deepcopy(config)  # from_config writes the implementation into its config
+    torch.manual_seed(43)
+    state = AutoModelForCausalLM.from_config(fresh(), attn_implementation="eager").state_dict()
+    x = ids(2, 150, seed=d + 1)
+    if d == 256 and torch.cuda.get_device_capability() < (9, 0):
+        with pytest.raises(NotImplementedError, match="no backward at head dim 256"):
+            model(NAME, config=fresh(), state=state).train()(x, labels=x)
+        return
+    grads = {}
+    for impl, dtype in ((NAME, torch.bfloat16), ("sdpa", torch.bfloat16), ("eager", torch.float32)):
+        m = model(impl, dtype, fresh(), state).train()
+        m(x, labels=x).loss.backward()
+        grads[impl] = {n: p.grad for n, p in m.named_parameters()}
+    for n, exact in grads["eager"].items():
+        ours, sdpa = grads[NAME][n], grads["sdpa"][n]
+        assert ours is not None and torch.isfinite(ours).all(), f"D = {d}: {n}"
+        assert rel(ours, exact) <= max(1.5 * rel(sdpa, exact), 1e-2), \
+            f"D = {d}: {n}: fa_course rel {rel(ours, exact):.2e}, sdpa rel {rel(sdpa, exact):.2e}"
+
+
 def test_refusals_say_why():
     x = ids(2, 64, seed=6)
     m = model(NAME)
