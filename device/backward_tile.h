@@ -125,23 +125,28 @@ __device__ __forceinline__ void atomic_add_rows_x2(float* dst, int64_t stride, c
     }
 }
 
-/// Writes the warp's (16, N) tile x, rounded to bf16, into rows [row0, row0 + 16) and columns
+/// Writes the warp's (16, N) tile x, rounded to the tile's Elem (bf16 or fp16), into rows [row0, row0 + 16) and columns
 /// [col0, col0 + N) of `tile`, as it is (no transpose): element (r, c) goes to (row0 + r, col0 + c).
 /// A lane's elements e and e + 1 are adjacent columns, so each pair is one 4-byte store; col0 is a
 /// multiple of 8, so a pair never straddles a 16-byte chunk of the swizzle.
 /// `lane` is the caller's lane_id(); a kernel short of registers passes one the compiler cannot see
 /// through (opaque_thread_index() % 32), so that the 2·N/8 addresses are computed at the stores
 /// instead of being held in registers across its loop.
-template <int N, int ROWS, typename Layout>
-__device__ __forceinline__ void store_tile_rows(SmemTile<ROWS, Layout> tile, const Acc<N>& x, int row0, int col0,
+template <int N, int ROWS, typename Layout, typename Elem>
+__device__ __forceinline__ void store_tile_rows(SmemTile<ROWS, Layout, Elem> tile, const Acc<N>& x, int row0, int col0,
                                                 int lane = lane_id()) {
 #pragma unroll
   for (int f = 0; f < N / 8; ++f)
 #pragma unroll
     for (int e = 0; e < 4; e += 2)
-      *reinterpret_cast<__nv_bfloat162*>(
-          &tile.ptr[Layout::offset(row0 + ptx::mma_c_row(lane, e), col0 + f * 8 + ptx::mma_c_col(lane, e))]) =
-          __floats2bfloat162_rn(x.c[f][e], x.c[f][e + 1]);
+      if constexpr (ptx::kIsFp16<Elem>)
+        *reinterpret_cast<__half2*>(
+            &tile.ptr[Layout::offset(row0 + ptx::mma_c_row(lane, e), col0 + f * 8 + ptx::mma_c_col(lane, e))]) =
+            __floats2half2_rn(x.c[f][e], x.c[f][e + 1]);
+      else
+        *reinterpret_cast<__nv_bfloat162*>(
+            &tile.ptr[Layout::offset(row0 + ptx::mma_c_row(lane, e), col0 + f * 8 + ptx::mma_c_col(lane, e))]) =
+            __floats2bfloat162_rn(x.c[f][e], x.c[f][e + 1]);
 }
 
 /// The A fragments of rows [col0, col0 + 16) of Xᵀ, where X is the (K, ·) shared tile: A(r, k) =
@@ -149,8 +154,8 @@ __device__ __forceinline__ void store_tile_rows(SmemTile<ROWS, Layout> tile, con
 /// of a 16×16 A fragment (rows 0-7|k 0-7, rows 8-15|k 0-7, rows 0-7|k 8-15, rows 8-15|k 8-15) are
 /// X's blocks (k 0-7|c 0-7), (k 0-7|c 8-15), (k 8-15|c 0-7), (k 8-15|c 8-15), transposed: lane →
 /// X row (lane/16)·8 + lane%8, column block (lane/8)%2, the K operand's addressing (device/ptx/ldmatrix.h).
-template <int K, int ROWS, typename Layout>
-__device__ __forceinline__ FragA<K> load_a_trans(SmemTile<ROWS, Layout> tile, int col0) {
+template <int K, int ROWS, typename Layout, typename Elem>
+__device__ __forceinline__ FragA<K> load_a_trans(SmemTile<ROWS, Layout, Elem> tile, int col0) {
   static_assert(ROWS == K, "the tile's rows are the operand's K");
   const int lane = lane_id();
   const unsigned lane_bytes = 2 * Layout::offset(ptx::ldsm_k_row(lane), ptx::ldsm_k_colblock(lane) * 8);

@@ -19,6 +19,7 @@
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstring>
 #endif
@@ -109,6 +110,41 @@ __device__ __forceinline__ void store_row_slice(__nv_bfloat16* row, int lane, co
     const uint4 raw{pack_bf16x2(src[0], src[1]), pack_bf16x2(src[2], src[3]), pack_bf16x2(src[4], src[5]),
                     pack_bf16x2(src[6], src[7])};
     *reinterpret_cast<uint4*>(row + (c * kRowLanes + lane) * kChunkElems) = raw;
+  }
+}
+
+// The same two for fp16 rows (the production backward's fp16 path): widened exactly, rounded to
+// nearest even.
+template <int N>
+__device__ __forceinline__ void load_row_slice(const __half* row, int lane, float (&x)[N], float scale = 1.0f) {
+#pragma unroll
+  for (int c = 0; c < N / kChunkElems; ++c) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(row + (c * kRowLanes + lane) * kChunkElems);
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      __half2 h;
+      memcpy(&h, &words[w], sizeof h);
+      const float2 f = __half22float2(h);
+      x[c * kChunkElems + 2 * w] = f.x * scale;
+      x[c * kChunkElems + 2 * w + 1] = f.y * scale;
+    }
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void store_row_slice(__half* row, int lane, const float (&x)[N]) {
+  auto pack = [](float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    uint32_t w;
+    memcpy(&w, &v, sizeof w);
+    return w;
+  };
+#pragma unroll
+  for (int c = 0; c < N / kChunkElems; ++c) {
+    const float* src = x + c * kChunkElems;
+    *reinterpret_cast<uint4*>(row + (c * kRowLanes + lane) * kChunkElems) =
+        uint4{pack(src[0], src[1]), pack(src[2], src[3]), pack(src[4], src[5]), pack(src[6], src[7])};
   }
 }
 

@@ -56,7 +56,8 @@ inline dim3 stream_grid(const AttentionParams& p) {
 // (B, H_q, N_q) array; dQ's fp32 accumulator row zeroed in the same pass (the main kernel adds
 // into it). Beside D, the row's LSE in exp2 units (LSE·log2 e, and +inf for a row that saw no key,
 // so that its P is 0 and not NaN), which the main kernel copies as it is.
-template <int HEAD_DIM>
+// T: the element type of O and dO (bf16; fp16 where a backward has it).
+template <int HEAD_DIM, typename T = bf16>
 __global__ void __launch_bounds__(kStreamThreads)
     preprocess_kernel(const BackwardParams bp, float* delta, float* lse2, float* dq_accum) {
   const AttentionParams& p = bp.fwd;
@@ -70,11 +71,9 @@ __global__ void __launch_bounds__(kStreamThreads)
   // the whole warp.
   const int64_t i = valid ? row_in_head : n_q - 1;
   float o[row_slice_size<HEAD_DIM>()], d_o[row_slice_size<HEAD_DIM>()];
-  load_row_slice(static_cast<const bf16*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head + i * p.o_stride.seq, lane,
-                 o);
-  load_row_slice(
-      static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head + i * bp.do_stride.seq, lane,
-      d_o);
+  load_row_slice(static_cast<const T*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head + i * p.o_stride.seq, lane, o);
+  load_row_slice(static_cast<const T*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head + i * bp.do_stride.seq,
+                 lane, d_o);
   const float sum = row_sum(dot_slice(o, d_o));
   if (!valid) return;
   const int64_t row = bh * n_q + i;
@@ -113,9 +112,9 @@ __global__ void __launch_bounds__(kSinkThreads)
   if (threadIdx.x == 0) bp.dsinks[h] = -partial[0];
 }
 
-// 3. dQ from its fp32 accumulator (contiguous (B, H_q, N_q, D)) into the caller's bf16 dQ, a quad
+// 3. dQ from its fp32 accumulator (contiguous (B, H_q, N_q, D)) into the caller's dQ (T), a quad
 // per row.
-template <int HEAD_DIM>
+template <int HEAD_DIM, typename T = bf16>
 __global__ void __launch_bounds__(kStreamThreads) convert_dq_kernel(const BackwardParams bp, const float* dq_accum) {
   const AttentionParams& p = bp.fwd;
   const int64_t bh = blockIdx.y + int64_t(blockIdx.z) * gridDim.y;
@@ -124,7 +123,7 @@ __global__ void __launch_bounds__(kStreamThreads) convert_dq_kernel(const Backwa
   const int64_t b = bh / p.heads_q, h = bh % p.heads_q;
   float dq[row_slice_size<HEAD_DIM>()];
   load_row_slice(dq_accum + (bh * p.seqlen_q + i) * HEAD_DIM, row_lane(), dq);
-  store_row_slice(static_cast<bf16*>(bp.dq) + b * bp.dq_stride.batch + h * bp.dq_stride.head + i * bp.dq_stride.seq,
+  store_row_slice(static_cast<T*>(bp.dq) + b * bp.dq_stride.batch + h * bp.dq_stride.head + i * bp.dq_stride.seq,
                   row_lane(), dq);
 }
 
@@ -133,15 +132,15 @@ __global__ void __launch_bounds__(kStreamThreads) convert_dq_kernel(const Backwa
 /// rows' LSE (exp2 units) and D into lse_d, BLOCK_M floats each, LSE first. All NUM_THREADS
 /// threads call it; the copies join their current cp.async group. The mma.sync backward's (step 23's
 /// copies); the Hopper backward loads through a producer warp (step 34).
-template <int NUM_THREADS, int BLOCK_M, typename Layout>
+template <int NUM_THREADS, int BLOCK_M, typename Layout, typename Elem>
 __device__ __forceinline__ void load_work_item(const BackwardParams& bp, int64_t b, int64_t h, int m_block,
-                                               tile::SmemTile<BLOCK_M, Layout> q_t,
-                                               tile::SmemTile<BLOCK_M, Layout> do_t, float* lse_d, const float* lse2,
-                                               const float* delta) {
+                                               tile::SmemTile<BLOCK_M, Layout, Elem> q_t,
+                                               tile::SmemTile<BLOCK_M, Layout, Elem> do_t, float* lse_d,
+                                               const float* lse2, const float* delta) {
   const AttentionParams& params = bp.fwd;
   const int n_q = int(params.seqlen_q), m_start = m_block * BLOCK_M;
-  const bf16* q_head = static_cast<const bf16*>(params.q) + b * params.q_stride.batch + h * params.q_stride.head;
-  const bf16* do_head = static_cast<const bf16*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head;
+  const Elem* q_head = static_cast<const Elem*>(params.q) + b * params.q_stride.batch + h * params.q_stride.head;
+  const Elem* do_head = static_cast<const Elem*>(bp.d_o) + b * bp.do_stride.batch + h * bp.do_stride.head;
   tile::load_tile_async<NUM_THREADS>(q_t, q_head + int64_t(m_start) * params.q_stride.seq, params.q_stride.seq,
                                      min(BLOCK_M, n_q - m_start));
   tile::load_tile_async<NUM_THREADS>(do_t, do_head + int64_t(m_start) * bp.do_stride.seq, bp.do_stride.seq,
@@ -212,7 +211,7 @@ struct Buffers {
 /// `main(buffers)` (which launches the main kernel and returns its Status), then the convert. The
 /// caller checks everything that can refuse the call (shared memory, grids) before: once this
 /// starts, the caller's dQ, dK and dV are being written.
-template <int HEAD_DIM, typename Main>
+template <int HEAD_DIM, typename Main, typename T = bf16>
 Status run(const BackwardParams& bp, cudaStream_t stream, Main&& main) {
   const AttentionParams& p = bp.fwd;
   const BackwardWorkspace ws = backward_workspace(p);
@@ -221,7 +220,7 @@ Status run(const BackwardParams& bp, cudaStream_t stream, Main&& main) {
                         reinterpret_cast<int*>(base + ws.turnstiles), reinterpret_cast<float*>(base + ws.lse2)};
   if (bp.deterministic)
     FA_CUDA_RETURN(cudaMemsetAsync(buffers.turnstiles, 0, ws.turnstile_count * sizeof(int), stream));
-  preprocess_kernel<HEAD_DIM>
+  preprocess_kernel<HEAD_DIM, T>
       <<<stream_grid(p), kStreamThreads, 0, stream>>>(bp, buffers.delta, buffers.lse2, buffers.dq_accum);
   FA_LAUNCH_RETURN();
   if (p.sinks) {
@@ -229,7 +228,7 @@ Status run(const BackwardParams& bp, cudaStream_t stream, Main&& main) {
     FA_LAUNCH_RETURN();
   }
   if (Status st = main(buffers); !st.ok()) return st;
-  convert_dq_kernel<HEAD_DIM><<<stream_grid(p), kStreamThreads, 0, stream>>>(bp, buffers.dq_accum);
+  convert_dq_kernel<HEAD_DIM, T><<<stream_grid(p), kStreamThreads, 0, stream>>>(bp, buffers.dq_accum);
   FA_LAUNCH_RETURN();
   return Status::Ok();
 }

@@ -88,7 +88,7 @@ struct BwdConfig {
 
 // 2. The main kernel: grid = (KV tiles, B·H_kv). DETERMINISTIC: every Q tile's dQ additions are
 // made block by block in the order of the KV tiles, through that tile's turnstile.
-template <int HEAD_DIM, typename Cfg, bool DETERMINISTIC, typename MaskT, typename ScoreMod>
+template <int HEAD_DIM, typename Cfg, bool DETERMINISTIC, typename MaskT, typename ScoreMod, typename T>
 __device__ __forceinline__ void backward_blocks(const BackwardParams& bp, const float* delta, const float* lse2,
                                                 float* dq_accum, int* turnstiles, const float scale_log2,
                                                 const int64_t offset, const ScoreModArgs& mods) {
@@ -100,12 +100,12 @@ __device__ __forceinline__ void backward_blocks(const BackwardParams& bp, const 
   using PtLayout = typename Cfg::PtLayout;  // Pᵀ and dSᵀ: rows are keys
   const AttentionParams& params = bp.fwd;
   extern __shared__ uint4 smem[];
-  const SmemTile<BLOCK_N, Layout> k_tile{reinterpret_cast<bf16*>(smem)};  // (BLOCK_N, HEAD_DIM)
-  const SmemTile<BLOCK_N, Layout> v_tile = next_tile(k_tile, 1);          // (BLOCK_N, HEAD_DIM)
+  const SmemTile<BLOCK_N, Layout, T> k_tile{reinterpret_cast<T*>(smem)};  // (BLOCK_N, HEAD_DIM)
+  const SmemTile<BLOCK_N, Layout, T> v_tile = next_tile(k_tile, 1);       // (BLOCK_N, HEAD_DIM)
   constexpr int STAGES = Cfg::STAGES;
-  const SmemTile<BLOCK_M, Layout> qdo_tiles{v_tile.ptr + BLOCK_N * Layout::kRowElems};  // STAGES × [Q, dO]
-  const SmemTile<BLOCK_N, PtLayout> pt_tile{qdo_tiles.ptr + STAGES * 2 * BLOCK_M * Layout::kRowElems};  // Pᵀ
-  const SmemTile<BLOCK_N, PtLayout> dst_tile = next_tile(pt_tile, 1);                                   // dSᵀ
+  const SmemTile<BLOCK_M, Layout, T> qdo_tiles{v_tile.ptr + BLOCK_N * Layout::kRowElems};  // STAGES × [Q, dO]
+  const SmemTile<BLOCK_N, PtLayout, T> pt_tile{qdo_tiles.ptr + STAGES * 2 * BLOCK_M * Layout::kRowElems};  // Pᵀ
+  const SmemTile<BLOCK_N, PtLayout, T> dst_tile = next_tile(pt_tile, 1);                                   // dSᵀ
   float* const lse_d_tiles =
       reinterpret_cast<float*>(dst_tile.ptr + BLOCK_N * PtLayout::kRowElems);  // STAGES × [LSE, D]
 
@@ -115,10 +115,10 @@ __device__ __forceinline__ void backward_blocks(const BackwardParams& bp, const 
   // ---- pointers: this block's KV tile of (batch b, KV head h_kv).
   const int n_start = int(blockIdx.x) * BLOCK_N;
   const int64_t b = blockIdx.y / params.heads_kv, h_kv = blockIdx.y % params.heads_kv;
-  const bf16* k_ptr = static_cast<const bf16*>(params.k) + b * params.k_stride.batch + h_kv * params.k_stride.head +
-                      int64_t(n_start) * params.k_stride.seq;
-  const bf16* v_ptr = static_cast<const bf16*>(params.v) + b * params.v_stride.batch + h_kv * params.v_stride.head +
-                      int64_t(n_start) * params.v_stride.seq;
+  const T* k_ptr = static_cast<const T*>(params.k) + b * params.k_stride.batch + h_kv * params.k_stride.head +
+                   int64_t(n_start) * params.k_stride.seq;
+  const T* v_ptr = static_cast<const T*>(params.v) + b * params.v_stride.batch + h_kv * params.v_stride.head +
+                   int64_t(n_start) * params.v_stride.seq;
   // This warp's blocks: keys [key0, key0 + WK) (scores, dK, dV); queries [WQ·q_warp, +WQ) of the
   // Q tile (scores); columns [d0, d0 + KV_COLS) of dK and dV.
   const int k_warp = warp % Cfg::KEY_WARPS, q_warp = warp / Cfg::KEY_WARPS;
@@ -161,8 +161,8 @@ __device__ __forceinline__ void backward_blocks(const BackwardParams& bp, const 
     const int m_block = walk.tile(k);
     const int64_t bh = b * params.heads_q + h_kv * group + hq;
     const int m_start = m_block * BLOCK_M;
-    const SmemTile<BLOCK_M, Layout> q_tile = next_tile(qdo_tiles, 2 * (t % STAGES));
-    const SmemTile<BLOCK_M, Layout> do_tile = next_tile(qdo_tiles, 2 * (t % STAGES) + 1);
+    const SmemTile<BLOCK_M, Layout, T> q_tile = next_tile(qdo_tiles, 2 * (t % STAGES));
+    const SmemTile<BLOCK_M, Layout, T> do_tile = next_tile(qdo_tiles, 2 * (t % STAGES) + 1);
     const float* const lse2_tile = lse_d_tiles + (t % STAGES) * 2 * BLOCK_M;
     const float* const delta_tile = lse2_tile + BLOCK_M;
     cp_async_wait<0>();  // item t's copies (and, at t = 0, K and V) have landed ...
@@ -177,15 +177,15 @@ __device__ __forceinline__ void backward_blocks(const BackwardParams& bp, const 
     // At D = 192 and 256 K and V opaque in each item (device/smem_tile.h): their lane addresses
     // computed where they are used, not held across the loop in registers that dK and dV (96 and 128
     // floats a thread) leave too few of (held, the window kernels spilled 4-8 bytes on sm_80).
-    const SmemTile<BLOCK_N, Layout> k_it = [&] {
+    const SmemTile<BLOCK_N, Layout, T> k_it = [&] {
       if constexpr (HEAD_DIM > 128)
         return opaque(k_tile);
       else
         return k_tile;
     }();
-    const SmemTile<BLOCK_N, Layout> v_it = next_tile(k_it, 1);
+    const SmemTile<BLOCK_N, Layout, T> v_it = next_tile(k_it, 1);
     const int q0 = m_start + q_warp * WQ;  // the warp's first query
-    const SmemTile<WQ, Layout> q_rows = row_block<WQ>(q_tile, q_warp), do_rows = row_block<WQ>(do_tile, q_warp);
+    const SmemTile<WQ, Layout, T> q_rows = row_block<WQ>(q_tile, q_warp), do_rows = row_block<WQ>(do_tile, q_warp);
     Acc<WQ> s[KT];
     mma_qk_tiles(s, k_it, key_row0, q_rows);
     // The score modifications the forward applied (kernels/score_mod.h), on the same scores: the
@@ -283,11 +283,11 @@ __device__ __forceinline__ void backward_blocks(const BackwardParams& bp, const 
   }
   cp_async_wait<0>();  // a block with no work item still has K and V in flight: let them land
 
-  // ---- store: dK = c · Σ dSᵀ·Q and dV, bf16, rows past N_kv not written.
-  bf16* dk_ptr = static_cast<bf16*>(bp.dk) + b * bp.dk_stride.batch + h_kv * bp.dk_stride.head +
-                 int64_t(n_start) * bp.dk_stride.seq;
-  bf16* dv_ptr = static_cast<bf16*>(bp.dv) + b * bp.dv_stride.batch + h_kv * bp.dv_stride.head +
-                 int64_t(n_start) * bp.dv_stride.seq;
+  // ---- store: dK = c · Σ dSᵀ·Q and dV, in T, rows past N_kv not written.
+  T* dk_ptr =
+      static_cast<T*>(bp.dk) + b * bp.dk_stride.batch + h_kv * bp.dk_stride.head + int64_t(n_start) * bp.dk_stride.seq;
+  T* dv_ptr =
+      static_cast<T*>(bp.dv) + b * bp.dv_stride.batch + h_kv * bp.dv_stride.head + int64_t(n_start) * bp.dv_stride.seq;
 #pragma unroll
   for (int r = 0; r < KT; ++r) {
     store_rows(dk_ptr + d0, bp.dk_stride.seq, dk[r], rows(scale_log2 / kLog2e), key_row0 + 16 * r, kv_rows);
@@ -308,13 +308,15 @@ FA_HD constexpr bool built_here(int head_dim) {
   return head_dim < 256 || kSm90Code;
 }
 
-template <int HEAD_DIM, typename Cfg, bool DETERMINISTIC, typename MaskT = CausalFlag, typename ScoreMod = Identity>
+// T: the element type of Q, K, V, O, dO and the gradients (bf16; the kernel is written for fp16 too).
+template <int HEAD_DIM, typename Cfg, bool DETERMINISTIC, typename MaskT = CausalFlag, typename ScoreMod = Identity,
+          typename T = bf16>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS)
     backward_kernel(const BackwardParams bp, const float* delta, const float* lse2, float* dq_accum, int* turnstiles,
                     const float scale_log2, const int64_t offset, const ScoreModArgs mods) {
   if constexpr (built_here(HEAD_DIM))
-    backward_blocks<HEAD_DIM, Cfg, DETERMINISTIC, MaskT, ScoreMod>(bp, delta, lse2, dq_accum, turnstiles, scale_log2,
-                                                                   offset, mods);
+    backward_blocks<HEAD_DIM, Cfg, DETERMINISTIC, MaskT, ScoreMod, T>(bp, delta, lse2, dq_accum, turnstiles, scale_log2,
+                                                                      offset, mods);
 }
 
 template <int HEAD_DIM, typename Cfg, typename MaskT, typename ScoreMod = Identity>
