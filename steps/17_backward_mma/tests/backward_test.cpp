@@ -330,6 +330,9 @@ TEST(Backward, HeadDimsBeyondTheLessons) {
   if (runs == 0) GTEST_SKIP() << "the step has no backward at D = 32, 96, 192 or 256";
 }
 
+// A head dim a step's forward has and its backward lacks: the forward runs, the backward refuses by
+// name and writes nothing. Skipped, never passed, where the backward has every head dim the forward
+// has (the production kernels, since their backward has 192 and 256).
 TEST(Backward, HeadDimsWithoutABackwardAreRefused) {
   FA_REQUIRE_GPU();
   const StepInfo& step = testing::the_step();
