@@ -254,7 +254,7 @@ FA_CAPI_EXPORT int fa_forward(int step, const fa_attention_params* p, void* stre
 
 /// @brief The split-KV workspace the library's choice (FA_STEP_AUTO) may use on `p`: enough for any
 /// number of splits it chooses, 0 when it never splits `p` (more than 64 query rows per KV head,
-/// N_q·H_q/H_kv, or a head dim the decode kernel lacks). Launches nothing, allocates nothing.
+/// N_q·H_q/H_kv). Launches nothing, allocates nothing.
 /// @param p the call, as for `fa_forward` (its workspace fields are ignored)
 /// @param[out] bytes the size (0 on failure)
 /// @param[out] err message buffer for failures (may be NULL)
