@@ -22,6 +22,9 @@
 #include <cuda_fp16.h>
 
 #include <cstring>
+#include <type_traits>
+
+#include "device/ptx/mma.h"
 #endif
 
 namespace fa {
@@ -71,9 +74,35 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return w;
 }
 
-// This lane's slice of a bf16 row (global memory), widened to fp32 and multiplied by `scale`.
-template <int N>
-__device__ __forceinline__ void load_row_slice(const __nv_bfloat16* row, int lane, float (&x)[N], float scale = 1.0f) {
+// The same pair for T: bf16 as above, or fp16 (the production backward's fp16 path; widening is
+// exact, rounding to nearest even).
+template <typename T>
+__device__ __forceinline__ void unpack_row_x2(uint32_t w, float& lo, float& hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    __half2 h;
+    memcpy(&h, &w, sizeof h);
+    const float2 f = __half22float2(h);
+    lo = f.x, hi = f.y;
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "bf16 or fp16 rows");
+    unpack_bf16x2(w, lo, hi);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack_row_x2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return ptx::pack_f16x2(lo, hi);
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "bf16 or fp16 rows");
+    return pack_bf16x2(lo, hi);
+  }
+}
+
+// This lane's slice of a row of 16-bit elements T (bf16 or fp16; global memory), widened to fp32
+// and multiplied by `scale`.
+template <int N, typename T>
+__device__ __forceinline__ void load_row_slice(const T* row, int lane, float (&x)[N], float scale = 1.0f) {
 #pragma unroll
   for (int c = 0; c < N / kChunkElems; ++c) {
     const uint4 raw = *reinterpret_cast<const uint4*>(row + (c * kRowLanes + lane) * kChunkElems);
@@ -81,7 +110,7 @@ __device__ __forceinline__ void load_row_slice(const __nv_bfloat16* row, int lan
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       float lo, hi;
-      unpack_bf16x2(words[w], lo, hi);
+      unpack_row_x2<T>(words[w], lo, hi);
       x[c * kChunkElems + 2 * w] = lo * scale;
       x[c * kChunkElems + 2 * w + 1] = hi * scale;
     }
@@ -101,50 +130,15 @@ __device__ __forceinline__ void load_row_slice(const float* row, int lane, float
   }
 }
 
-// Rounds this lane's slice to bf16 and writes it into a bf16 row, 16 bytes per store.
-template <int N>
-__device__ __forceinline__ void store_row_slice(__nv_bfloat16* row, int lane, const float (&x)[N]) {
+// Rounds this lane's slice to T (bf16 or fp16) and writes it into a row of T, 16 bytes per store.
+template <int N, typename T>
+__device__ __forceinline__ void store_row_slice(T* row, int lane, const float (&x)[N]) {
 #pragma unroll
   for (int c = 0; c < N / kChunkElems; ++c) {
     const float* src = x + c * kChunkElems;
-    const uint4 raw{pack_bf16x2(src[0], src[1]), pack_bf16x2(src[2], src[3]), pack_bf16x2(src[4], src[5]),
-                    pack_bf16x2(src[6], src[7])};
+    const uint4 raw{pack_row_x2<T>(src[0], src[1]), pack_row_x2<T>(src[2], src[3]), pack_row_x2<T>(src[4], src[5]),
+                    pack_row_x2<T>(src[6], src[7])};
     *reinterpret_cast<uint4*>(row + (c * kRowLanes + lane) * kChunkElems) = raw;
-  }
-}
-
-// The same two for fp16 rows (the production backward's fp16 path): widened exactly, rounded to
-// nearest even.
-template <int N>
-__device__ __forceinline__ void load_row_slice(const __half* row, int lane, float (&x)[N], float scale = 1.0f) {
-#pragma unroll
-  for (int c = 0; c < N / kChunkElems; ++c) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(row + (c * kRowLanes + lane) * kChunkElems);
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      __half2 h;
-      memcpy(&h, &words[w], sizeof h);
-      const float2 f = __half22float2(h);
-      x[c * kChunkElems + 2 * w] = f.x * scale;
-      x[c * kChunkElems + 2 * w + 1] = f.y * scale;
-    }
-  }
-}
-
-template <int N>
-__device__ __forceinline__ void store_row_slice(__half* row, int lane, const float (&x)[N]) {
-  auto pack = [](float lo, float hi) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    uint32_t w;
-    memcpy(&w, &v, sizeof w);
-    return w;
-  };
-#pragma unroll
-  for (int c = 0; c < N / kChunkElems; ++c) {
-    const float* src = x + c * kChunkElems;
-    *reinterpret_cast<uint4*>(row + (c * kRowLanes + lane) * kChunkElems) =
-        uint4{pack(src[0], src[1]), pack(src[2], src[3]), pack(src[4], src[5]), pack(src[6], src[7])};
   }
 }
 

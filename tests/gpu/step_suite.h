@@ -31,6 +31,14 @@ inline const std::vector<int>& backward_head_dims(const StepInfo& step) {
   return step.caps.backward_head_dims.empty() ? step.caps.head_dims : step.caps.backward_head_dims;
 }
 
+/// Whether the GPU runs sm_90 code (compute capability 9.0: an H100 or H200), as the library's
+/// check_device says: the mma.sync backward at D = 256 is built and run there alone.
+inline bool runs_sm90() {
+  Capabilities sm90;
+  sm90.only_sm = 90;
+  return check_device(sm90).ok();
+}
+
 }  // namespace fa::testing
 
 // Skips the current test (reported as SKIPPED, never as a pass) when no GPU is present.

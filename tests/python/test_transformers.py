@@ -186,13 +186,10 @@ def test_generate_a_left_padded_batch():
         assert gap <= tol, f"sequence {i}: a generated token's fp32 logit is {gap:.3f} below the best"
 
 
-@pytest.mark.parametrize("shape", ["phi", "gemma"])
-@torch.no_grad()
-def test_head_dims_beyond_the_lessons_in_a_model(shape):
-    """Part VI's head dims in a model's inference, where the library is built for them
-    (FA_HEAD_DIMS=all): a Phi-shaped Llama (D = 96) and a Gemma-shaped one (D = 256), both on kernel
-    101 on an H100/H200 and on kernel 100 elsewhere: prefill logits within bf16 eager's own error of the fp32 eager
-    model, and each token `generate` picks the fp32 model's choice up to that error."""
+def _beyond_the_lessons_model(shape, seed):
+    """A Phi-shaped Llama (D = 96) or a Gemma-shaped model (D = 256) with random weights: its head
+    dim, a function that returns a fresh copy of its config (from_config writes the implementation
+    into the config it is given), and its weights. Skips where the library lacks the head dim."""
     d = 96 if shape == "phi" else 256
     probe = torch.zeros(1, 1, 1, d, device=DEV, dtype=torch.bfloat16)
     try:
@@ -204,9 +201,34 @@ def test_head_dims_beyond_the_lessons_in_a_model(shape):
         config.hidden_size, config.head_dim = 4 * d, d
     else:
         config = _mod_config("GemmaConfig", head_dim=d)
-    fresh = lambda: copy.deepcopy(config)  # from_config writes the implementation into its config
-    torch.manual_seed(41)
-    state = AutoModelForCausalLM.from_config(fresh(), attn_implementation="eager").state_dict()
+    fresh = lambda: copy.deepcopy(config)
+    torch.manual_seed(seed)
+    return d, fresh, AutoModelForCausalLM.from_config(fresh(), attn_implementation="eager").state_dict()
+
+
+def expect_gradients_within_sdpas_reach(x, config=None, state=_STATE, what=""):
+    """One backward through the whole model (fa_course and SDPA in bf16, eager in fp32): every
+    parameter's gradient finite and within bf16's reach of SDPA's, judged against the fp32 one."""
+    grads = {}
+    for impl, dtype in ((NAME, torch.bfloat16), ("sdpa", torch.bfloat16), ("eager", torch.float32)):
+        m = model(impl, dtype, copy.deepcopy(config) if config is not None else CONFIG, state).train()
+        m(x, labels=x).loss.backward()
+        grads[impl] = {n: p.grad for n, p in m.named_parameters()}
+    for n, exact in grads["eager"].items():
+        ours, sdpa = grads[NAME][n], grads["sdpa"][n]
+        assert ours is not None and torch.isfinite(ours).all(), f"{what}{n}"
+        assert rel(ours, exact) <= max(1.5 * rel(sdpa, exact), 1e-2), \
+            f"{what}{n}: fa_course rel {rel(ours, exact):.2e}, sdpa rel {rel(sdpa, exact):.2e}"
+
+
+@pytest.mark.parametrize("shape", ["phi", "gemma"])
+@torch.no_grad()
+def test_head_dims_beyond_the_lessons_in_a_model(shape):
+    """Part VI's head dims in a model's inference, where the library is built for them
+    (FA_HEAD_DIMS=all): a Phi-shaped Llama (D = 96) and a Gemma-shaped one (D = 256), both on kernel
+    101 on an H100/H200 and on kernel 100 elsewhere: prefill logits within bf16 eager's own error of the fp32 eager
+    model, and each token `generate` picks the fp32 model's choice up to that error."""
+    d, fresh, state = _beyond_the_lessons_model(shape, seed=41)
     x = ids(2, 100, seed=d)
     exact = model("eager", torch.float32, fresh(), state)(x).logits
     ours = model(NAME, config=fresh(), state=state)(x).logits
@@ -230,35 +252,13 @@ def test_head_dims_beyond_the_lessons_train(shape):
     Gemma-shaped model (D = 256: the mma.sync backward on either kernel), every parameter's gradient
     within bf16's reach of SDPA's, judged against an fp32 eager copy. At 256 before sm_90 the
     gradient is refused by name before the forward runs."""
-    d = 96 if shape == "phi" else 256
-    probe = torch.zeros(1, 1, 1, d, device=DEV, dtype=torch.bfloat16)
-    try:
-        fa_course.pick_step(probe, probe, probe)
-    except fa_course.UnsupportedInputError:
-        pytest.skip(f"the library is not built for head dim {d} (FA_HEAD_DIMS)")
-    if shape == "phi":
-        config = copy.deepcopy(CONFIG)
-        config.hidden_size, config.head_dim = 4 * d, d
-    else:
-        config = _mod_config("GemmaConfig", head_dim=d)
-    fresh = lambda: copy.deepcopy(config)  # from_config writes the implementation into its config
-    torch.manual_seed(43)
-    state = AutoModelForCausalLM.from_config(fresh(), attn_implementation="eager").state_dict()
+    d, fresh, state = _beyond_the_lessons_model(shape, seed=43)
     x = ids(2, 150, seed=d + 1)
     if d == 256 and torch.cuda.get_device_capability() < (9, 0):
         with pytest.raises(NotImplementedError, match="no backward at head dim 256"):
             model(NAME, config=fresh(), state=state).train()(x, labels=x)
         return
-    grads = {}
-    for impl, dtype in ((NAME, torch.bfloat16), ("sdpa", torch.bfloat16), ("eager", torch.float32)):
-        m = model(impl, dtype, fresh(), state).train()
-        m(x, labels=x).loss.backward()
-        grads[impl] = {n: p.grad for n, p in m.named_parameters()}
-    for n, exact in grads["eager"].items():
-        ours, sdpa = grads[NAME][n], grads["sdpa"][n]
-        assert ours is not None and torch.isfinite(ours).all(), f"D = {d}: {n}"
-        assert rel(ours, exact) <= max(1.5 * rel(sdpa, exact), 1e-2), \
-            f"D = {d}: {n}: fa_course rel {rel(ours, exact):.2e}, sdpa rel {rel(sdpa, exact):.2e}"
+    expect_gradients_within_sdpas_reach(x, fresh(), state, what=f"D = {d}: ")
 
 
 def test_refusals_say_why():
@@ -315,16 +315,7 @@ def test_sliding_window_model_within_sdpas_own_error():
         first = m(x[:, :70], use_cache=True)
         after = m(x[:, 70:], past_key_values=first.past_key_values, use_cache=True).logits
     assert rel(after, exact[:, 70:]) <= 1.5 * rel(sdpa[:, 70:], exact[:, 70:])
-    grads = {}
-    for impl, dtype in ((NAME, torch.bfloat16), ("sdpa", torch.bfloat16), ("eager", torch.float32)):
-        m = model(impl, dtype, WINDOW_CONFIG, _WINDOW_STATE).train()
-        m(x, labels=x).loss.backward()
-        grads[impl] = {n: p.grad for n, p in m.named_parameters()}
-    for n, g_exact in grads["eager"].items():
-        g_ours, g_sdpa = grads[NAME][n], grads["sdpa"][n]
-        assert g_ours is not None and torch.isfinite(g_ours).all(), n
-        assert rel(g_ours, g_exact) <= max(1.5 * rel(g_sdpa, g_exact), 1e-2), \
-            f"{n}: fa_course rel {rel(g_ours, g_exact):.2e}, sdpa rel {rel(g_sdpa, g_exact):.2e}"
+    expect_gradients_within_sdpas_reach(x, WINDOW_CONFIG, _WINDOW_STATE)
 
 
 # Models with score modifications, built here with random weights: a Gemma-2-shaped model (logit
@@ -464,14 +455,4 @@ def test_training_follows_sdpas_loss_curve():
 def test_training_step_gradients_match_sdpas():
     """One backward through the whole model: every parameter's gradient within bf16's reach of SDPA's,
     judged against an fp32 eager copy as the logits are."""
-    x = ids(2, 200, seed=8)
-    grads = {}
-    for impl, dtype in ((NAME, torch.bfloat16), ("sdpa", torch.bfloat16), ("eager", torch.float32)):
-        m = model(impl, dtype).train()
-        m(x, labels=x).loss.backward()
-        grads[impl] = {n: p.grad for n, p in m.named_parameters()}
-    for n, exact in grads["eager"].items():
-        ours, sdpa = grads[NAME][n], grads["sdpa"][n]
-        assert ours is not None and torch.isfinite(ours).all(), n
-        assert rel(ours, exact) <= max(1.5 * rel(sdpa, exact), 1e-2), \
-            f"{n}: fa_course rel {rel(ours, exact):.2e}, sdpa rel {rel(sdpa, exact):.2e}"
+    expect_gradients_within_sdpas_reach(ids(2, 200, seed=8))

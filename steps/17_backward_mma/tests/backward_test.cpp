@@ -301,9 +301,7 @@ TEST(Backward, ScoreMods) {
 // such a head dim.
 TEST(Backward, HeadDimsBeyondTheLessons) {
   FA_REQUIRE_GPU();
-  Capabilities sm90;
-  sm90.only_sm = 90;
-  const bool on_sm90 = check_device(sm90).ok();
+  const bool on_sm90 = testing::runs_sm90();
   int runs = 0;
   for (int d : testing::backward_head_dims(testing::the_step())) {
     if (d != 32 && d != 96 && d != 192 && d != 256) continue;

@@ -81,9 +81,7 @@ TEST(Backward, DeterministicModeRepeatsBitForBit) {
   expect_repeatable(make_shape(1, 4, 1, 700, 1500, 64, true, CausalAlign::bottom_right));
   // Part VI's head dims where the step's backward has them (kernels 100 and 101, FA_HEAD_DIMS=all);
   // 256 on sm_90 alone (elsewhere refused: Backward.HeadDimsBeyondTheLessons).
-  Capabilities sm90;
-  sm90.only_sm = 90;
-  const bool on_sm90 = check_device(sm90).ok();
+  const bool on_sm90 = testing::runs_sm90();
   for (int d : testing::backward_head_dims(testing::the_step()))
     if (d == 32 || d == 96 || d == 192 || (d == 256 && on_sm90))
       expect_repeatable(make_shape(1, 2, 2, 16, 4096, d, false, CausalAlign::top_left));
