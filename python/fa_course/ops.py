@@ -398,12 +398,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise NotImplementedError("fa_course.attention: no backward in float16 yet (the backwards are bfloat16 "
                                   "alone); run the forward under torch.no_grad() or with inputs that do not require "
                                   "grad, or train in bfloat16")
-    if ((grad or sink_grad) and q.dim() == 4 and q.shape[-1] == 256 and q.is_cuda
-            and torch.cuda.get_device_capability(q.device) < (9, 0)):
-        raise NotImplementedError("fa_course.attention: no backward at head dim 256 on this GPU (compute capability "
-                                  f"{'.'.join(map(str, torch.cuda.get_device_capability(q.device)))}; the library's "
-                                  "backward at 256 runs on sm_90 GPUs alone); run the forward under torch.no_grad() "
-                                  "or with inputs that do not require grad")
+    if (grad or sink_grad) and q.dim() == 4 and q.shape[-1] == 256 and q.is_cuda:
+        major, minor = torch.cuda.get_device_capability(q.device)
+        if major < 9:
+            raise NotImplementedError(f"fa_course.attention: no backward at head dim 256 on this GPU (compute "
+                                      f"capability {major}.{minor}; the library's backward at 256 runs on sm_90 GPUs "
+                                      "alone); run the forward under torch.no_grad() or with inputs that do not "
+                                      "require grad")
     window = _window(window_size, "attention")
     if alibi_slopes is not None and torch.is_grad_enabled() and alibi_slopes.requires_grad:
         raise NotImplementedError("fa_course.attention: no gradient for alibi_slopes (the library's backward, like "
