@@ -6,8 +6,8 @@
 # FA_HEAD_DIMS chooses the head dims the production kernels are instantiated for (each head dim is
 # a set of kernels to compile: a quick build takes one; "all" is every one). The default is the
 # lessons' two, 64 and 128, which CI builds; 32, 96, 192 and 256 are Part VI's (forward: kernels 100
-# and 101 all four; backward: kernel 100's and the Hopper one at 32 and 96; the decode kernel 32,
-# 96 and 192, and refuses 256 by name). FA_DTYPES the element types of the production forwards: bf16 (the default,
+# and 101 all four; backward: the mma.sync one all four (256 on sm_90 alone), the Hopper one 32 and
+# 96; the decode kernel all four). FA_DTYPES the element types of the production forwards: bf16 (the default,
 # which CI builds: the lessons, the backwards and the decode kernel are bf16, so it is always in the
 # list), and fp16 beside it ("bf16;fp16", or "all"), which compiles the forwards' kernels a second
 # time, at every head dim FA_HEAD_DIMS names; without it the forwards refuse fp16 by name. The decode
