@@ -78,9 +78,9 @@ __device__ __forceinline__ void store_transposed(SmemTile<ROWS, Layout> tile, co
 }
 
 /// O += P·V[:, c0 .. c0 + C) for one warp's 16 rows: mma_pv on C of V's columns from c0 (a multiple
-/// of 16).
-template <int C, int N, typename Layout>
-__device__ __forceinline__ void mma_pv_cols(Acc<C>& o, const FragA<N>& p, SmemTile<N, Layout> v_tile, int c0) {
+/// of 16). Elem: V's type (bf16 or fp16), P's too.
+template <int C, int N, typename Layout, typename Elem>
+__device__ __forceinline__ void mma_pv_cols(Acc<C>& o, const FragA<N>& p, SmemTile<N, Layout, Elem> v_tile, int c0) {
   mma_pv_rows<1>(&o, &p, v_tile, c0);
 }
 

@@ -211,7 +211,7 @@ struct Buffers {
 /// `main(buffers)` (which launches the main kernel and returns its Status), then the convert. The
 /// caller checks everything that can refuse the call (shared memory, grids) before: once this
 /// starts, the caller's dQ, dK and dV are being written.
-template <int HEAD_DIM, typename Main, typename T = bf16>
+template <int HEAD_DIM, typename T = bf16, typename Main>
 Status run(const BackwardParams& bp, cudaStream_t stream, Main&& main) {
   const AttentionParams& p = bp.fwd;
   const BackwardWorkspace ws = backward_workspace(p);

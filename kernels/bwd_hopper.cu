@@ -87,7 +87,7 @@ struct BwdConfig {
   // copy engine reads item t − 1's), one at D = 64 (a second does not fit beside the 128-query tiles).
   static constexpr int DQ_STAGE_FLOATS = BLOCK_M * 64 * D_PANELS;  // one item's dQ (whole panels)
   static constexpr int DQ_STAGES = HEAD_DIM <= 64 ? 1 : 2;
-  // Shared memory: K, V, STAGES × [Q, dO], two dSᵀ tiles, bf16 in wgmma's swizzle (each tile a
+  // Shared memory: K, V, STAGES × [Q, dO], two dSᵀ tiles, T (16 bits) in wgmma's swizzle (each tile a
   // multiple of 1024 bytes, so every one starts on a swizzle-atom boundary); the dQ stages, fp32 in
   // TMA's swizzle (1024-byte aligned too); then STAGES × [the Q tile's LSE (exp2 units), D]; and
   // 1 KiB to align the start. 226 KB at D = 128, 195 KB at D = 64, of the 227 a block may have.
@@ -121,8 +121,11 @@ constexpr int kConsumersBarrier = 1;
 
 // 2. The main kernel: grid = (KV tiles, B·H_kv). DETERMINISTIC: every Q tile's dQ additions are
 // made block by block in the order of the KV tiles, through that tile's turnstile.
-// __launch_bounds__(threads, 1): the register cap at entry that setmaxnreg needs.
-template <int HEAD_DIM, typename Cfg, bool DETERMINISTIC, typename MaskT = CausalFlag, typename ScoreMod = Identity>
+// __launch_bounds__(threads, 1): the register cap at entry that setmaxnreg needs. T: the element type
+// of Q, K, V, O, dO and the gradients, bf16 or fp16 (the shared tiles' type, from which the wgmmas
+// take their .bf16 or .f16 form; Pᵀ's and dSᵀ's rounding; the maps name it).
+template <int HEAD_DIM, typename Cfg, bool DETERMINISTIC, typename MaskT = CausalFlag, typename ScoreMod = Identity,
+          typename T = bf16>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     backward_kernel(const BackwardParams bp, const float* delta, const float* lse2, int* turnstiles,
                     const float scale_log2, const int64_t offset, const __grid_constant__ BwdTileMaps maps,
@@ -134,10 +137,10 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
   constexpr int DQ_STAGES = Cfg::DQ_STAGES;
   const AttentionParams& params = bp.fwd;
   extern __shared__ uint4 smem[];  // 16-byte aligned; wgmma's swizzle atoms need 1024 (below)
-  const SmemTile<BLOCK_N, KVLayout> kv_tiles{aligned_for_wgmma(smem)};  // K, V: (BLOCK_N, HEAD_DIM) each
+  const SmemTile<BLOCK_N, KVLayout, T> kv_tiles{aligned_for_wgmma<T>(smem)};  // K, V: (BLOCK_N, HEAD_DIM) each
   constexpr int STAGES = Cfg::STAGES;
-  const SmemTile<BLOCK_M, QLayout> qdo_tiles{kv_tiles.ptr + 2 * BLOCK_N * KVLayout::kRowElems};  // STAGES × [Q, dO]
-  const SmemTile<BLOCK_N, DsLayout> dst_tiles{qdo_tiles.ptr + STAGES * 2 * BLOCK_M * QLayout::kRowElems};  // 2 × dSᵀ
+  const SmemTile<BLOCK_M, QLayout, T> qdo_tiles{kv_tiles.ptr + 2 * BLOCK_N * KVLayout::kRowElems};  // STAGES × [Q, dO]
+  const SmemTile<BLOCK_N, DsLayout, T> dst_tiles{qdo_tiles.ptr + STAGES * 2 * BLOCK_M * QLayout::kRowElems};  // 2 × dSᵀ
   float* const dq_stages = reinterpret_cast<float*>(dst_tiles.ptr + 2 * BLOCK_N * DsLayout::kRowElems);
   float* const lse_d_tiles = dq_stages + DQ_STAGES * Cfg::DQ_STAGE_FLOATS;  // STAGES × [LSE, D]
   // Where each dQ stage's products go: written by the consumers' first thread with them,
@@ -287,13 +290,13 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     const int m_start = m_block * BLOCK_M;
     if (++k == m_end) k = m_first, ++hq;
     const int stage = t % STAGES;
-    const SmemTile<BLOCK_M, QLayout> q_tile = next_tile(qdo_tiles, 2 * stage);
-    const SmemTile<BLOCK_M, QLayout> do_tile = next_tile(qdo_tiles, 2 * stage + 1);
+    const SmemTile<BLOCK_M, QLayout, T> q_tile = next_tile(qdo_tiles, 2 * stage);
+    const SmemTile<BLOCK_M, QLayout, T> do_tile = next_tile(qdo_tiles, 2 * stage + 1);
     const float* const lse2_tile = lse_d_tiles + stage * 2 * BLOCK_M;
     const float* const delta_tile = lse2_tile + BLOCK_M;
-    const SmemTile<BLOCK_N, DsLayout> dst_tile = next_tile(dst_tiles, t % 2);
+    const SmemTile<BLOCK_N, DsLayout, T> dst_tile = next_tile(dst_tiles, t % 2);
     // K and V stay put; opaque() keeps their wgmma descriptors out of the registers between items.
-    const SmemTile<BLOCK_N, KVLayout> k_tile = opaque(kv_tiles), v_tile = next_tile(k_tile, 1);
+    const SmemTile<BLOCK_N, KVLayout, T> k_tile = opaque(kv_tiles), v_tile = next_tile(k_tile, 1);
     // Item t's Q, dO, LSE and D have landed: its stage's phase t / STAGES. No block-wide barrier:
     // each warp waits for the data alone.
     mbarrier_wait(bar(full[stage]), (t / STAGES) % 2);
@@ -328,7 +331,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
 
     // dV += Pᵀ·dO and dK += dSᵀ·Q (times c at the end): Pᵀ and dSᵀ from the registers they were
     // computed in, the warp's FragA of its 16 keys, every query of the Q tile.
-    FragA<BLOCK_M> p_frag = to_bf16(s), ds_frag = to_bf16(ds);
+    FragA<BLOCK_M> p_frag = to_a<T>(s), ds_frag = to_a<T>(ds);
     wgmma_begin(dv, dk, p_frag, ds_frag);
     mma_pv_async(by_addition, dv, p_frag, do_tile);
     mma_pv_async(by_addition, dk, ds_frag, q_tile);
@@ -363,22 +366,22 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, 1)
     ptx::mbarrier_arrive(bar(dq_full[dq_stage]));
   }
 
-  // ---- store: dK = c · Σ dSᵀ·Q and dV, bf16, rows past N_kv not written.
-  bf16* dk_ptr = static_cast<bf16*>(bp.dk) + b * bp.dk_stride.batch + h_kv * bp.dk_stride.head +
-                 int64_t(n_start) * bp.dk_stride.seq;
-  bf16* dv_ptr = static_cast<bf16*>(bp.dv) + b * bp.dv_stride.batch + h_kv * bp.dv_stride.head +
-                 int64_t(n_start) * bp.dv_stride.seq;
+  // ---- store: dK = c · Σ dSᵀ·Q and dV, in T, rows past N_kv not written.
+  T* dk_ptr =
+      static_cast<T*>(bp.dk) + b * bp.dk_stride.batch + h_kv * bp.dk_stride.head + int64_t(n_start) * bp.dk_stride.seq;
+  T* dv_ptr =
+      static_cast<T*>(bp.dv) + b * bp.dv_stride.batch + h_kv * bp.dv_stride.head + int64_t(n_start) * bp.dv_stride.seq;
   store_rows(dk_ptr, bp.dk_stride.seq, head_columns<HEAD_DIM>(dk), rows(scale_log2 / kLog2e), key_row0, kv_rows);
   store_rows(dv_ptr, bp.dv_stride.seq, head_columns<HEAD_DIM>(dv), rows(1.0f), key_row0, kv_rows);
 }
 
-template <int HEAD_DIM, typename Cfg, typename MaskT, typename ScoreMod = Identity>
+template <int HEAD_DIM, typename Cfg, typename MaskT, typename ScoreMod, typename T>
 Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const AttentionParams& p = bp.fwd;
   // Shared memory first, before anything is written (BwdConfig::smem_bytes).
   constexpr int smem = Cfg::smem_bytes();
-  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true, MaskT, ScoreMod>
-                                       : backward_kernel<HEAD_DIM, Cfg, false, MaskT, ScoreMod>;
+  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true, MaskT, ScoreMod, T>
+                                       : backward_kernel<HEAD_DIM, Cfg, false, MaskT, ScoreMod, T>;
   if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
   // The tensor maps, by value, before anything is written: K and V in boxes of BLOCK_N rows, Q and
   // dO of BLOCK_M, dQ's accumulator (the workspace's, (B·H_q, N_q, HEAD_DIM) fp32) in (BLOCK_M, 32)
@@ -386,14 +389,14 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   BwdTileMaps maps;
   if (Status st = make_qkv_tile_maps(&maps.qkv, p, Cfg::BLOCK_M, Cfg::BLOCK_N); !st.ok()) return st;
   if (Status st = make_tile_map(&maps.d_o, "d_o", bp.d_o, p.batch, p.heads_q, p.seqlen_q, p.head_dim, bp.do_stride,
-                                Cfg::BLOCK_M);
+                                Cfg::BLOCK_M, p.dtype);
       !st.ok())
     return st;
   const float* const dq_accum =
       reinterpret_cast<const float*>(static_cast<const char*>(bp.workspace) + backward_workspace(p).dq_accum);
   if (Status st = make_accum_map(&maps.dq, dq_accum, p.batch * p.heads_q, p.seqlen_q, HEAD_DIM, Cfg::BLOCK_M); !st.ok())
     return st;
-  return bwd_common::run<HEAD_DIM>(bp, stream, [&](const bwd_common::Buffers& w) {
+  return bwd_common::run<HEAD_DIM, T>(bp, stream, [&](const bwd_common::Buffers& w) {
     const dim3 grid(unsigned(cdiv(p.seqlen_kv, Cfg::BLOCK_N)), unsigned(p.batch * p.heads_kv));
     kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(bp, w.delta, w.lse2, w.turnstiles, scale_log2(p),
                                                      p.causal_offset(), maps, score_mod_args(p));
@@ -406,7 +409,7 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
 
 Capabilities backward_caps() {
   Capabilities c = forward_caps({32, 64, 96, 128});
-  c.dtypes = {DType::bf16};              // bf16 alone: fp16 gradients are refused by name
+  c.dtypes = built_dtypes();             // the forwards' types: bf16, and fp16 where the build has it
   c.only_sm = 90;                        // wgmma: sm_90a code, compute capability 9.0 only
   c.deterministic_backward = true;       // BackwardParams::deterministic: dQ added in a fixed order
   c.broadcast = false;                   // Q, dO, K, V through TMA maps: no zero strides,
@@ -416,11 +419,15 @@ Capabilities backward_caps() {
   return c;
 }
 
-// The kernel for call bp's mask and score modifications (kernels/score_mod.h says which).
+// The kernel for call bp's element type, mask and score modifications (kernels/score_mod.h says
+// which): fp16 where the build compiles it (validation refused every type it left out).
 template <int HEAD_DIM, typename Cfg>
 Status launch_for(const BackwardParams& bp, cudaStream_t stream) {
   return with_backward_policies(bp.fwd, [&](auto mask, auto mod) {
-    return launch_backward<HEAD_DIM, Cfg, decltype(mask), decltype(mod)>(bp, stream);
+    if constexpr (dtype_built(DType::fp16))
+      if (bp.fwd.dtype == DType::fp16)
+        return launch_backward<HEAD_DIM, Cfg, decltype(mask), decltype(mod), fp16>(bp, stream);
+    return launch_backward<HEAD_DIM, Cfg, decltype(mask), decltype(mod), bf16>(bp, stream);
   });
 }
 

@@ -308,7 +308,7 @@ FA_HD constexpr bool built_here(int head_dim) {
   return head_dim < 256 || kSm90Code;
 }
 
-// T: the element type of Q, K, V, O, dO and the gradients (bf16; the kernel is written for fp16 too).
+// T: the element type of Q, K, V, O, dO and the gradients: bf16, or fp16 where the build compiles it (FA_DTYPES).
 template <int HEAD_DIM, typename Cfg, bool DETERMINISTIC, typename MaskT = CausalFlag, typename ScoreMod = Identity,
           typename T = bf16>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS)
@@ -319,22 +319,22 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
                                                                       offset, mods);
 }
 
-template <int HEAD_DIM, typename Cfg, typename MaskT, typename ScoreMod = Identity>
+template <int HEAD_DIM, typename Cfg, typename MaskT, typename ScoreMod, typename T>
 Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const AttentionParams& p = bp.fwd;
   // Shared memory first, before anything is written: at D = 128 a block needs 104.5 KB, more than
   // GPUs of compute capability 8.6 and 8.9 give one (99 KB), and there the call is refused as
   // unsupported, so that the library's choice moves on to a kernel that fits.
   constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
-  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true, MaskT, ScoreMod>
-                                       : backward_kernel<HEAD_DIM, Cfg, false, MaskT, ScoreMod>;
+  const auto kernel = bp.deterministic ? backward_kernel<HEAD_DIM, Cfg, true, MaskT, ScoreMod, T>
+                                       : backward_kernel<HEAD_DIM, Cfg, false, MaskT, ScoreMod, T>;
   // D = 256: sm_90 code on an sm_90 GPU alone (kSm90Code; early_launch_allowed asks exactly that).
   if (HEAD_DIM == 256 && !early_launch_allowed(reinterpret_cast<const void*>(kernel)))
     return Status::Unsupported(
         "the mma.sync backward at head dim 256 runs on sm_90 GPUs built for sm_90 only (elsewhere its "
         "registers spill); this GPU or this build has no such code");
   if (Status st = opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem); !st.ok()) return st;
-  return bwd_common::run<HEAD_DIM>(bp, stream, [&](const bwd_common::Buffers& w) {
+  return bwd_common::run<HEAD_DIM, T>(bp, stream, [&](const bwd_common::Buffers& w) {
     const dim3 grid(unsigned(cdiv(p.seqlen_kv, Cfg::BLOCK_N)), unsigned(p.batch * p.heads_kv));
     kernel<<<grid, Cfg::NUM_THREADS, smem, stream>>>(bp, w.delta, w.lse2, w.dq_accum, w.turnstiles, scale_log2(p),
                                                      p.causal_offset(), score_mod_args(p));
@@ -347,18 +347,22 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
 
 Capabilities backward_caps() {
   Capabilities c = forward_caps({32, 64, 96, 128, 192, 256});
-  c.dtypes = {DType::bf16};              // bf16 alone: fp16 gradients are refused by name
+  c.dtypes = built_dtypes();             // the forwards' types: bf16, and fp16 where the build has it
   c.deterministic_backward = true;       // BackwardParams::deterministic: dQ added in a fixed order
   c.sliding_window = true;               // window_size: WindowFlag's kernels, as the forward's
   c.softcap = c.alibi = c.sinks = true;  // Mods kernels (the cap's derivative), and the sinks' gradient
   return c;
 }
 
-// The kernel for call bp's mask and score modifications (kernels/score_mod.h says which).
+// The kernel for call bp's element type, mask and score modifications (kernels/score_mod.h says
+// which): fp16 where the build compiles it (validation refused every type it left out).
 template <int HEAD_DIM, typename Cfg>
 Status launch_for(const BackwardParams& bp, cudaStream_t stream) {
   return with_backward_policies(bp.fwd, [&](auto mask, auto mod) {
-    return launch_backward<HEAD_DIM, Cfg, decltype(mask), decltype(mod)>(bp, stream);
+    if constexpr (dtype_built(DType::fp16))
+      if (bp.fwd.dtype == DType::fp16)
+        return launch_backward<HEAD_DIM, Cfg, decltype(mask), decltype(mod), fp16>(bp, stream);
+    return launch_backward<HEAD_DIM, Cfg, decltype(mask), decltype(mod), bf16>(bp, stream);
   });
 }
 

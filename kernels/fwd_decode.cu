@@ -154,7 +154,7 @@ __device__ __forceinline__ Rows packed_head_values(const float* arr, int64_t str
   return v;
 }
 
-// T: the element type of Q, K, V and O (bf16; the kernel is written for fp16 too, as the forwards').
+// T: the element type of Q, K, V and O: bf16, or fp16 where the build compiles it (FA_DTYPES), as the forwards'.
 template <int HEAD_DIM, typename Cfg, bool SPLIT, typename Sequences, bool MODS = false, typename T = bf16>
 __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
     decode_kernel(const AttentionParams params, const float scale_log2, const int splits, float* o_part,
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS, Cfg::MIN_BLOCKS)
 }
 
 // The combine: W warps per row of one (batch, query head) (1, 2, 4 or 8, from the split count:
-// combine_warps); it writes O (T: bf16) and the LSE. Step 27's combine gave a row HEAD_DIM / 8 lanes,
+// combine_warps); it writes O (T) and the LSE. Step 27's combine gave a row HEAD_DIM / 8 lanes,
 // each walking the S splits one dependent load after another: S round trips to L2 per row, most of
 // the combine's time at one sequence, where it is a couple of blocks. Each warp of a row first reads
 // the row's S partial LSEs together (a lane every 32nd split), reduces max and sum by shuffles
@@ -615,7 +615,11 @@ Status launch_early(bool early, void (*kernel)(Params...), dim3 grid, int thread
 struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
-    return launch_as<bf16, HEAD_DIM, Cfg>(p, stream);  // its one type (dtypes())
+    // The call's element type picks the kernels, as the forwards' launchers do: fp16 where the build
+    // compiles it (dtypes(); the calling kernel validated the type).
+    if constexpr (dtype_built(DType::fp16))
+      if (p.dtype == DType::fp16) return launch_as<fp16, HEAD_DIM, Cfg>(p, stream);
+    return launch_as<bf16, HEAD_DIM, Cfg>(p, stream);
   }
 
   template <typename T, int HEAD_DIM, typename Cfg>
@@ -695,8 +699,12 @@ const tuner::Tuner kTuner(kProductionDecode, FA_BUILD_ID,
 
 }  // namespace
 
+std::vector<DType> dtypes() {
+  return built_dtypes();
+}
+
 bool accepts(const AttentionParams& p, bool prefill_varlen) {
-  if (p.dtype != DType::bf16) return false;  // its one type (dtypes()): fp16 runs the caller's kernels
+  if (!dtype_built(p.dtype)) return false;  // its types, the forwards' (dtypes())
   // Every head dim the build has (the configurations above).
   if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0 || !head_dim_built(int(p.head_dim))) return false;
   if (p.head_dim > kMaxHeadDim) return false;
@@ -715,12 +723,11 @@ bool accepts(const AttentionParams& p, bool prefill_varlen) {
 Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool prefill_varlen) {
   *taken = accepts(p, prefill_varlen);
   if (*taken) return forward(p, stream);
-  // What keeps the decode kernel from the call, for the refusals below: its element type (bf16; the
-  // forwards may have fp16), else the call's query rows. Built only for a refusal: every prefill call passes through
-  // here.
+  // What keeps the decode kernel from the call, for the refusals below: its element type (the build's),
+  // else the call's query rows. Built only for a refusal: every prefill call passes through here.
   auto why = [&p] {
-    if (p.dtype != DType::bf16)
-      return "the decode kernel's, which is built for bf16 only; this call is " + dtype_name(p.dtype);
+    if (!dtype_built(p.dtype))
+      return "the decode kernel's, which this build compiles for bf16 only; this call is " + dtype_name(p.dtype);
     if (p.head_dim > kMaxHeadDim)
       return "the decode kernel's, which has head dims 32 to 256; this call has head dim " + std::to_string(p.head_dim);
     return "for calls whose query rows times H_q / H_kv are at most " + std::to_string(kMaxPackedRows) +
@@ -732,7 +739,7 @@ Status route(const AttentionParams& p, cudaStream_t stream, bool* taken, bool pr
   if (p.cu_seqlens_q != nullptr && !prefill_varlen)  // only this kernel reads the offsets, not the prefill kernel
     return Status::Unsupported(
         "packed sequences (cu_seqlens) are read by the decode kernel alone, at head dims 32 to 256 "
-        "in bf16 where the build has them; this call has head dim " +
+        "in the types the build has; this call has head dim " +
         std::to_string(p.head_dim) + " in " + dtype_name(p.dtype));
   if (p.seqlens_kv != nullptr || p.block_table != nullptr)
     return Status::Unsupported(std::string(p.block_table != nullptr ? "a paged KV cache (block_table)"

@@ -512,7 +512,7 @@ const Capabilities kCaps = [] {
                         // kernel, longer ones this one
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
   c.dtypes = built_dtypes();                        // bf16, and fp16 where the build compiles it;
-  c.decode_dtypes = decode::dtypes();               // the decode kernel's options at bf16 alone
+  c.decode_dtypes = decode::dtypes();               // the decode kernel's: the same types
   c.sliding_window = true;                          // window_size: WindowFlag's kernels (forward and backward)
   c.softcap = c.alibi = c.sinks = true;  // ScoreMods' kernels (kernels/score_mod.h), forward and backward, and
                                          // the decode kernel's; long packed sequences refused (decode::route)

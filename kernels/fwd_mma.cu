@@ -300,7 +300,7 @@ const Capabilities kCaps = [] {
                                          // and the decode kernel's MODS ones
   c.decode_max_packed_rows = kDecodeMaxPackedRows;  // ... for the calls it takes (validation says so)
   c.dtypes = built_dtypes();                        // bf16, and fp16 where the build compiles it;
-  c.decode_dtypes = decode::dtypes();               // the decode kernel's options at bf16 alone
+  c.decode_dtypes = decode::dtypes();               // the decode kernel's: the same types
   return c;
 }();
 

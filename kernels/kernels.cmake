@@ -8,12 +8,12 @@
 # lessons' two, 64 and 128, which CI builds; 32, 96, 192 and 256 are Part VI's (forward: kernels 100
 # and 101 all four; backward: the mma.sync one all four (256 on sm_90 alone), the Hopper one 32 and
 # 96; the decode kernel all four). FA_DTYPES the element types of the production forwards: bf16 (the default,
-# which CI builds: the lessons, the backwards and the decode kernel are bf16, so it is always in the
-# list), and fp16 beside it ("bf16;fp16", or "all"), which compiles the forwards' kernels a second
-# time, at every head dim FA_HEAD_DIMS names; without it the forwards refuse fp16 by name. The decode
-# kernel and both backwards are bf16 whatever the option, and refuse fp16 by name.
+# which CI builds: the lessons are bf16, so it is always in the list), and fp16 beside it
+# ("bf16;fp16", or "all"), which compiles the production kernels a second time (both forwards, the
+# decode kernel, both backwards), at every head dim FA_HEAD_DIMS names; without it they refuse fp16
+# by name.
 set(FA_HEAD_DIMS "64;128" CACHE STRING "head dims the production kernels are built for (some of: 32 64 96 128 192 256, or all)")
-set(FA_DTYPES "bf16" CACHE STRING "element types the production forwards are built for (bf16, optionally fp16: bf16;fp16 or all)")
+set(FA_DTYPES "bf16" CACHE STRING "element types the production kernels are built for (bf16, optionally fp16: bf16;fp16 or all)")
 set(fa_kernel_head_dims 32 64 96 128 192 256)
 if(FA_HEAD_DIMS STREQUAL "all")
   set(FA_HEAD_DIMS ${fa_kernel_head_dims})
@@ -38,8 +38,8 @@ foreach(t IN LISTS FA_DTYPES)
   endif()
 endforeach()
 if(NOT "bf16" IN_LIST FA_DTYPES)
-  message(FATAL_ERROR "FA_DTYPES must include bf16 (got \"${FA_DTYPES}\"): the lessons, the backwards and the decode "
-                      "kernel are bf16; fp16 is built beside it (bf16;fp16)")
+  message(FATAL_ERROR "FA_DTYPES must include bf16 (got \"${FA_DTYPES}\"): the lessons are bf16; fp16 is built "
+                      "beside it (bf16;fp16)")
 endif()
 set(fa_dtype_mask 0)  # bit i for DType value i (kernels/launch.h)
 foreach(t IN LISTS FA_DTYPES)
@@ -211,6 +211,19 @@ if(FA_BUILD_TESTS AND "fp16" IN_LIST FA_DTYPES)
     set_tests_properties(static.kernels.mma.fp16_same_as_step10 static.kernels.hopper.fp16_same_as_step16
                          PROPERTIES LABELS "static;kernels")
   endif()
+endif()
+# The same rule for the decode kernel's and both backwards' fp16 kernels: the fp16 tensor-core forms
+# alone (their bf16 twins are held to the lessons' counts above; the type changes nothing else).
+if(FA_BUILD_TESTS AND "fp16" IN_LIST FA_DTYPES)
+  fa_sass_check_command(cmd fa_kernel_decode REQUIRE HMMA FORBID HMMA.16816.F32.BF16 KERNEL "decode_kernel.*__half")
+  add_test(NAME static.kernels.decode.fp16 COMMAND ${cmd})
+  fa_sass_check_command(cmd fa_kernel_bwd_mma REQUIRE HMMA FORBID HMMA.16816.F32.BF16 KERNEL "backward_kernel.*__half")
+  add_test(NAME static.kernels.bwd_mma.fp16 COMMAND ${cmd})
+  fa_sass_check_command(cmd fa_kernel_bwd_hopper REQUIRE HGMMA FORBID "HGMMA.64x[0-9]+x16.F32.BF16"
+                        KERNEL "backward_kernel.*__half")
+  add_test(NAME static.kernels.bwd_hopper.fp16 COMMAND ${cmd})
+  set_tests_properties(static.kernels.decode.fp16 static.kernels.bwd_mma.fp16 static.kernels.bwd_hopper.fp16
+                       PROPERTIES LABELS "static;kernels")
 endif()
 
 # The backward's rules: step 23's (tensor cores, ldmatrix, cp.async, no local memory; on sm_90 dQ

@@ -18,13 +18,9 @@ constexpr int kProductionHopper = 101;
 constexpr int kProductionDecode = 102;
 
 namespace decode {
-/// The element types the decode kernel is compiled for: bf16 alone. An fp16 call it would have
-/// taken runs the calling kernel's own instantiation instead, and one that needs the decode kernel
-/// (split-KV, a length per sequence, a paged cache, packed sequences where the caller reads none)
-/// is refused by name (the forwards' Capabilities::decode_dtypes, and route()).
-inline std::vector<DType> dtypes() {
-  return {DType::bf16};
-}
+/// The element types the decode kernel is compiled for: the production forwards' (bf16, and fp16
+/// where the build compiles it: FA_DTYPES), so that every call of theirs it takes runs on it.
+std::vector<DType> dtypes();
 /// Whether the decode kernel takes call p: head dim 64 or 128, and packed sequences (cu_seqlens; any
 /// length unless the calling kernel reads them itself, `prefill_varlen`: then those with
 /// N_q·(H_q / H_kv) <= 64), or N_q·(H_q / H_kv) <= 64 (a group's rows fit one tile) with a workspace

@@ -27,7 +27,7 @@ def bench(fa2, args, dtype, round_):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "bench.csv")
         cmd = [fa2, "bench", "--steps", args.steps, "--d", args.d, "--n", args.n, "--dtype", dtype,
-               "--repeats", "1", "--no-seed-shape", "--csv", path]
+               "--direction", args.direction, "--repeats", "1", "--no-seed-shape", "--csv", path]
         if args.causal_only:
             cmd.append("--causal-only")
         out = subprocess.run(cmd, capture_output=True, text=True)
@@ -48,9 +48,11 @@ def fake_rows(args, dtype, round_):
         for d in args.d.split(","):
             for n in args.n.split(","):
                 for causal in ("0", "1"):
-                    t = 500.0 + 10 * round_ + (5 if dtype == "bf16" else 0)
-                    rows.append({"step": step, "D": d, "N_q": n, "causal": causal, "dtype": dtype, "tflops": str(t),
-                                 "status": "ok", "gpu": "Fake GPU", "round": str(round_)})
+                    for direction in args.direction.split(","):
+                        t = 500.0 + 10 * round_ + (5 if dtype == "bf16" else 0) - (100 if direction == "bwd" else 0)
+                        rows.append({"step": step, "D": d, "N_q": n, "causal": causal, "dtype": dtype,
+                                     "tflops": str(t), "status": "ok", "gpu": "Fake GPU", "round": str(round_),
+                                     "direction": direction})
     return rows
 
 
@@ -59,17 +61,17 @@ def table(rows):
     for r in rows:
         if r.get("status") != "ok" or not r.get("tflops"):
             continue
-        key = (int(r["step"]), int(r["D"]), r["causal"], int(r["N_q"]))
+        key = (r.get("direction", "fwd"), int(r["step"]), int(r["D"]), r["causal"], int(r["N_q"]))
         by.setdefault(key, {}).setdefault(r["round"], {})[r["dtype"]] = float(r["tflops"])
-    lines = ["| step | D | causal | N | bf16 TFLOP/s (median) | fp16 | fp16 ÷ bf16 each round | median |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| direction | step | D | causal | N | bf16 TFLOP/s (median) | fp16 | fp16 ÷ bf16 each round | median |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(by):
         rounds = [v for _, v in sorted(by[key].items()) if "bf16" in v and "fp16" in v]
         if not rounds:
             continue
         ratios = [v["fp16"] / v["bf16"] for v in rounds]
-        step, d, causal, n = key
-        lines.append(f"| {step} | {d} | {'yes' if causal == '1' else 'no'} | {n} | "
+        direction, step, d, causal, n = key
+        lines.append(f"| {direction} | {step} | {d} | {'yes' if causal == '1' else 'no'} | {n} | "
                      f"{statistics.median(v['bf16'] for v in rounds):.0f} | "
                      f"{statistics.median(v['fp16'] for v in rounds):.0f} | "
                      f"{' '.join(f'{x:.3f}' for x in ratios)} | {statistics.median(ratios):.3f} |")
@@ -84,6 +86,8 @@ def main():
     ap.add_argument("--n", default="4096,16384")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--causal-only", action="store_true")
+    ap.add_argument("--direction", default="fwd", choices=["fwd", "bwd", "fwd,bwd"],
+                    help="fa2 bench's: the forward, the backward (2.5× the forward's FLOPs), or both")
     ap.add_argument("--out", default="docs/results")
     ap.add_argument("--name", default="dtype_interleaved")
     ap.add_argument("--commit", default="")
@@ -108,7 +112,7 @@ def main():
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     md = [f"# fp16 against bf16, interleaved — {gpu}", "",
           f"Commit `{args.commit or 'unknown'}`, {when}. {args.rounds} rounds of `fa2 bench --dtype bf16` then "
-          f"`--dtype fp16` (steps {args.steps}, D = {args.d}, N = {args.n}; B·N = 16k tokens, H·D = 2048), "
+          f"`--dtype fp16` (steps {args.steps}, {args.direction}, D = {args.d}, N = {args.n}; B·N = 16k tokens, H·D = 2048), "
           "each point checked against the fp32 reference before it was timed. Command: `python3 scripts/"
           f"dtype_pair.py {' '.join(sys.argv[1:])}`.", ""] + table(rows)
     with open(stem + ".md", "w") as f:

@@ -65,7 +65,7 @@ for part in $parts; do
       ;;
     dtype)
       run python3 scripts/dtype_pair.py --fa2 "$build/fa2" --steps 100,101 --d 64,128 --n 4096,16384 --rounds 3 \
-        --commit "$commit" --out "$results"
+        --direction fwd,bwd --commit "$commit" --out "$results"
       ;;
     variants)
       run python3 scripts/variants.py --fa2 "$build/fa2" --commit "$commit" --out "$results"

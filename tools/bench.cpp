@@ -11,8 +11,8 @@
 // `--direction bwd` times the backward instead (the steps that have one, step 17 on), with the FLOPs
 // counted as flash-attention counts them: 2.5 × the forward's; `fwd,bwd` both. `--deterministic`
 // runs the backward points in the deterministic mode (steps without one are listed as unsupported);
-// `--dtype fp16` gives every point fp16 tensors (the steps without fp16 are listed as unsupported,
-// and every backward, which is bf16 only). The backward is
+// `--dtype fp16` gives every point fp16 tensors (the steps without fp16, every lesson, are listed as
+// unsupported; the production kernels' backwards take the types their forwards do). The backward is
 // checked by its tests against the fp64 reference (steps/17_backward_mma/tests), not here.
 //
 // `--list` prints the plan without a GPU (`--list --json`: the sweep, each point's FLOP count, the
@@ -234,9 +234,6 @@ std::vector<Point> plan_points(const Plan& plan) {
         if (backward && !st->backward) {
           p.status = "unsupported";
           p.note = "no backward: step " + std::to_string(st->number) + " teaches the forward only";
-        } else if (backward && plan.dtype != DType::bf16) {
-          p.status = "unsupported";
-          p.note = "no " + dtype_name(plan.dtype) + " backward: the backward kernels are bf16";
         } else if (backward && plan.deterministic && !st->caps.deterministic_backward) {
           p.status = "unsupported";
           p.note = "no deterministic backward in step " + std::to_string(st->number);

@@ -20,10 +20,9 @@ _FP32_ROUNDS_TO_ZERO = 2.0 ** -150
 # 256 where built, 256 on sm_90 alone; kernels/bwd_hopper.cu: 32 to 128, and kernel 101 hands 192 and
 # 256 to the mma.sync one). The backward at 256 before sm_90 is refused here, before the forward runs; a
 # head dim no kernel has at all (80, say) is the library's to refuse, as unsupported input.
-# The element types: bf16 everywhere; fp16 in the production forwards where the library is built with
-# it (FA_DTYPES=bf16;fp16; elsewhere the library refuses it by name). The backwards, the decode kernel's
-# options and every lesson are bf16 alone: an fp16 call that would need a gradient is refused here,
-# before its forward runs.
+# The element types: bf16 everywhere; fp16 in the production kernels where the library is built with
+# it (FA_DTYPES=bf16;fp16), forward, backward, KV cache and varlen alike; elsewhere (a bf16-only
+# build, a lesson pinned by step=) the library refuses it by name before anything runs.
 _DTYPES = {torch.bfloat16: _capi.DTYPE_BF16, torch.float16: _capi.DTYPE_FP16}
 
 
@@ -82,7 +81,8 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, paged: bool = Fals
             raise ValueError(f"fa_course.{fn}: {name} must be a CUDA tensor, got device {t.device}")
         if t.dtype not in _DTYPES:
             raise ValueError(f"fa_course.{fn}: {name} must be bfloat16 (every kernel) or float16 (the production "
-                             f"forwards, no gradient yet): cast with .to(torch.bfloat16), got {t.dtype}")
+                             f"kernels, where the library is built with it): cast with .to(torch.bfloat16), got "
+                             f"{t.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"fa_course.{fn}: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
@@ -219,13 +219,10 @@ def _check_backward(grad_o, q, k, v, o, lse) -> None:
     forward's shapes and dtypes (the library reads them through q's sizes)."""
     _check(q, k, v)
     b, n_q, h_q, _ = q.shape
-    if q.dtype != torch.bfloat16:
-        raise NotImplementedError(f"fa_course.attention backward: no backward in {q.dtype} yet (the backwards are "
-                                  "bfloat16 alone)")
     for name, t in (("grad_o", grad_o), ("o", o)):
-        if t.shape != q.shape or t.dtype != torch.bfloat16 or t.device != q.device:
-            raise ValueError(f"fa_course.attention backward: {name} must be bfloat16 {tuple(q.shape)} on {q.device}, "
-                             f"got {t.dtype} {tuple(t.shape)} on {t.device}")
+        if t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"fa_course.attention backward: {name} must be {q.dtype} {tuple(q.shape)} on {q.device} "
+                             f"(q's), got {t.dtype} {tuple(t.shape)} on {t.device}")
     if lse.shape != (b, h_q, n_q) or lse.dtype != torch.float32 or lse.device != q.device:
         raise ValueError(f"fa_course.attention backward: lse must be float32 {(b, h_q, n_q)} on {q.device} (the "
                          f"forward's, return_lse=True), got {lse.dtype} {tuple(lse.shape)} on {lse.device}")
@@ -357,7 +354,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               step: Optional[int] = None, deterministic: bool = False, window_size=(-1, -1), softcap: float = 0.0,
               alibi_slopes: Optional[torch.Tensor] = None, sinks: Optional[torch.Tensor] = None):
     """softmax(scale · q·kᵀ [+ causal mask]) · v for (B, N, H, D) bf16 CUDA tensors, or fp16 ones
-    (forward only: the production kernels, where the library is built with fp16, FA_DTYPES).
+    (the production kernels, forward and backward, where the library is built with fp16: FA_DTYPES).
 
     causal_align: "top_left" (key j visible to query i when j <= i, PyTorch's is_causal) or
     "bottom_right" (j <= i + N_kv − N_q, flash-attn's). softmax_scale: default 1/sqrt(D).
@@ -394,10 +391,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                          "default 1/sqrt(D)); the library refuses other non-positive or non-finite scales itself")
     grad = _needs_grad(q, k, v)
     sink_grad = sinks is not None and torch.is_grad_enabled() and sinks.requires_grad
-    if (grad or sink_grad) and q.dtype == torch.float16:
-        raise NotImplementedError("fa_course.attention: no backward in float16 yet (the backwards are bfloat16 "
-                                  "alone); run the forward under torch.no_grad() or with inputs that do not require "
-                                  "grad, or train in bfloat16")
     if (grad or sink_grad) and q.dim() == 4 and q.shape[-1] == 256 and q.is_cuda:
         major, minor = torch.cuda.get_device_capability(q.device)
         if major < 9:
@@ -470,8 +463,8 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
                     return_attn_probs: bool = False, *, return_lse: bool = False,
                     learnable_sink: Optional[torch.Tensor] = None):
     """flash-attn's `flash_attn_func`, same names, order and layout: q (B, N_q, H_q, D), k and v
-    (B, N_kv, H_kv, D), bf16 on a CUDA GPU, or fp16 for the forward alone (where the library is built
-    with it; a gradient at fp16 raises NotImplementedError before anything runs); GQA by head counts;
+    (B, N_kv, H_kv, D), bf16 on a CUDA GPU, or fp16 where the library is built with it (forward and
+    backward; elsewhere refused by name before anything runs); GQA by head counts;
     `causal` aligned bottom-right (the last query sees every key), as flash-attn does. The library
     chooses the kernel.
 
@@ -542,9 +535,10 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
         raise NotImplementedError(f"fa_course.{fn}: the varlen backward is not built yet; call it under "
                                   "torch.no_grad() (inference), or with inputs that need no gradient")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != 3 or not t.is_cuda or t.dtype != torch.bfloat16 or t.device != q.device:
-            raise ValueError(f"fa_course.{fn}: {name} must be a 3-D (total, H, D) bfloat16 CUDA tensor, q, k and v "
-                             f"on one GPU; got {t.dtype} {tuple(t.shape)} on {t.device} (q on {q.device})")
+        if t.dim() != 3 or not t.is_cuda or t.dtype not in _DTYPES or t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"fa_course.{fn}: {name} must be a 3-D (total, H, D) bfloat16 or float16 CUDA tensor, q, "
+                             f"k and v of one dtype on one GPU; got {t.dtype} {tuple(t.shape)} on {t.device} (q "
+                             f"{q.dtype} on {q.device})")
     if k.shape != v.shape or q.shape[2] != k.shape[2]:
         raise ValueError(f"fa_course.{fn}: k and v must have one shape and q its head dim; got q "
                          f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
@@ -578,7 +572,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                           lse=lse.data_ptr() if lse is not None else 0, batch=b, heads_q=h_q, heads_kv=k.shape[1],
                           seqlen_q=int(max_seqlen_q), seqlen_kv=int(max_seqlen_k), head_dim=d,
                           strides=[packed(q), packed(k), packed(v), packed(o)], softmax_scale=scale,
-                          causal=bool(causal), bottom_right=True, window=window)
+                          causal=bool(causal), bottom_right=True, window=window, dtype=_DTYPES[q.dtype])
     mods = _check_mods(q, softcap, alibi_slopes.float().contiguous() if alibi_slopes is not None else None,
                        learnable_sink.detach().float().contiguous() if learnable_sink is not None else None, (b, h_q))
     if mods is not None:
@@ -704,10 +698,6 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         raise NotImplementedError(f"fa_course.{fn}: inference only (no backward for a KV cache call); call it "
                                   "under torch.no_grad(), or with inputs that need no gradient")
     paged = block_table is not None
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.dtype != torch.bfloat16:  # the decode kernel, which reads the caches' lengths, is bf16 alone
-            raise ValueError(f"fa_course.{fn}: {name} must be bfloat16 (a KV cache call runs the decode kernel, "
-                             f"built for bf16 alone: cast with .to(torch.bfloat16)), got {t.dtype}")
     _check(q, k_cache, v_cache, paged, fn)
     mods = _check_mods(q, softcap, alibi_slopes.float().contiguous() if alibi_slopes is not None else None,
                        learnable_sink.detach().float().contiguous() if learnable_sink is not None else None)

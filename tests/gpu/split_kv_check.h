@@ -55,7 +55,7 @@ inline std::vector<unsigned char> expect_split_matches(const ProblemShape& s, in
   EXPECT_TRUE(st.ok()) << st.message();
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   SCOPED_TRACE(to_string(s) + ", num_splits " + std::to_string(num_splits) + (tuner ? ", " + config : ""));
-  const CompareResult co = compare(prob.output_bhnd(), ref.o, bf16_tolerance());
+  const CompareResult co = compare(prob.output_bhnd(), ref.o, output_tolerance(s.dtype));
   const CompareResult cl = compare(prob.lse(), ref.lse, lse_tolerance());
   EXPECT_TRUE(co.ok) << "O: " << co.summary();
   EXPECT_TRUE(cl.ok) << "LSE: " << cl.summary();
@@ -106,7 +106,7 @@ inline void expect_cache_call_matches(AttentionProblem& prob, AttentionParams p,
   ASSERT_TRUE(st.ok()) << st.message();
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   SCOPED_TRACE(to_string(prob.shape()) + ", " + what + ", num_splits " + std::to_string(num_splits));
-  const CompareResult co = compare(prob.output_bhnd(), ref_o, bf16_tolerance());
+  const CompareResult co = compare(prob.output_bhnd(), ref_o, output_tolerance(prob.shape().dtype));
   const CompareResult cl = compare(prob.lse(), ref_lse, lse_tolerance());
   EXPECT_TRUE(co.ok) << "O: " << co.summary();
   EXPECT_TRUE(cl.ok) << "LSE: " << cl.summary();

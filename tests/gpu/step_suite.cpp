@@ -324,13 +324,6 @@ void register_for(const StepInfo& st) {
   // forwards of a bf16-only build), and a value outside the enum.
   if (!has_dtype(st, DType::fp16)) bad("Fp16Unsupported", [](AttentionParams& p) { p.dtype = DType::fp16; });
   bad("DtypeOutsideTheEnum", [](AttentionParams& p) { p.dtype = static_cast<DType>(7); });
-  // fp16 where the production forwards would hand the call to the decode kernel, which is bf16 only:
-  // a length per sequence (any device pointer: refused before it is read).
-  if (has_dtype(st, DType::fp16) && st.caps.seqlens_kv)
-    bad("Fp16LengthsPerSequence", [](AttentionParams& p) {
-      p.dtype = DType::fp16;
-      p.seqlens_kv = static_cast<const int32_t*>(p.k);
-    });
 }
 
 }  // namespace

@@ -4,8 +4,8 @@
 // (tests/gpu/split_kv_check.h): every group size, every head dim the build has, both layouts, causal rows in
 // both alignments, rows that see no key, the kernel's own split count; a split, lengths per sequence or pages asked of
 // a call the decode kernel does not take are refused with nothing written; describe names the decode kernel for the
-// calls it takes; the score modifications; sliding windows. Steps 29 and 30's ragged and paged cache tests run through
-// both kernels too.
+// calls it takes; the score modifications; sliding windows; fp16 where the build has it. Steps 29 and 30's ragged and
+// paged cache tests run through both kernels too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -222,6 +222,40 @@ TEST(Decode, PagesOfACallItDoesNotTakeAreRefused) {
   p.block_table = table.get(), p.block_table_stride = 8, p.page_size = 64, p.num_pages = 1;
   p.k_stride = p.v_stride = Strides{64 * 2 * 64, 64, 2 * 64, 1};  // one page of (64, H_kv, D)
   expect_refused_untouched(prob, p, "block_table");
+}
+
+// fp16 (a build with FA_DTYPES=bf16;fp16): the decode kernel's fp16 instantiations, every
+// configuration at every head dim, against the fp64 reference at fp16's tighter rule for O
+// (harness/check.h's output_tolerance): one row a group unsplit and in 3 splits, speculative causal
+// rows, rows that see no key, every score modification together, and a window masked at both ends
+// of a split's range. Skipped, never passed, in a build without fp16.
+TEST(Decode, Fp16) {
+  FA_REQUIRE_GPU();
+  const std::vector<DType>& types = testing::the_step().caps.dtypes;
+  if (std::find(types.begin(), types.end(), DType::fp16) == types.end())
+    GTEST_SKIP() << "built without fp16 (FA_DTYPES=bf16;fp16 builds it): NOT RUN";
+  auto fp16 = [](ProblemShape s) {
+    s.dtype = DType::fp16;
+    return s;
+  };
+  const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionDecode);
+  ASSERT_NE(t, nullptr);
+  int runs = 0;
+  for (int64_t d : decode_head_dims())
+    for (const std::string& config : t->config_names(int(d))) {
+      for (int splits : {1, 3})
+        expect_split_matches(fp16(split_shape(2, 32, 8, 1, 1000, d)), splits, splits, t, config);
+      expect_split_matches(fp16(split_shape(2, 16, 2, 5, 777, d, true)), 4, 4, t, config);
+      expect_split_matches(fp16(split_shape(1, 8, 2, 9, 5, d, true)), 2, 2, t, config);
+      ProblemShape mods = fp16(split_shape(1, 8, 2, 9, 700, d, true));
+      mods.softcap = 20.0f, mods.alibi = ProblemShape::Alibi::per_head, mods.sinks = true;
+      for (int splits : {1, 4}) expect_split_matches(mods, splits, splits, t, config);
+      ProblemShape window = fp16(split_shape(2, 16, 2, 5, 3000, d, true));
+      window.window_left = 700, window.window_right = 0;
+      expect_split_matches(window, 3, 3, t, config);
+      ++runs;
+    }
+  EXPECT_GT(runs, 0);
 }
 
 // The decode kernel has every head dim the step has (Part VI's 32, 96, 192 and 256 too, where the

@@ -6,7 +6,7 @@
 #  2. the Hopper kernel compiled for D = 128 alone (FA_KERNEL_HEAD_DIM_MASK, as kernels.cmake
 #     passes it) holds D = 128 kernels and no D = 64 one;
 #  3. FA_DTYPES likewise: a type without a kernel stops the configure naming the supported ones, and
-#     so does a list without bf16 (the lessons, the backwards and the decode kernel are bf16);
+#     so does a list without bf16 (the lessons are bf16);
 #  4. compiled with both element types (FA_KERNEL_DTYPE_MASK), the same kernel holds bf16 and fp16
 #     kernels, each multiplying in its own type.
 set -uo pipefail

@@ -206,11 +206,12 @@ def _beyond_the_lessons_model(shape, seed):
     return d, fresh, AutoModelForCausalLM.from_config(fresh(), attn_implementation="eager").state_dict()
 
 
-def expect_gradients_within_sdpas_reach(x, config=None, state=_STATE, what=""):
-    """One backward through the whole model (fa_course and SDPA in bf16, eager in fp32): every
-    parameter's gradient finite and within bf16's reach of SDPA's, judged against the fp32 one."""
+def expect_gradients_within_sdpas_reach(x, config=None, state=_STATE, what="", dtype=torch.bfloat16):
+    """One backward through the whole model (fa_course and SDPA in `dtype`, eager in fp32): every
+    parameter's gradient finite and within that dtype's reach of SDPA's, judged against the fp32 one."""
     grads = {}
-    for impl, dtype in ((NAME, torch.bfloat16), ("sdpa", torch.bfloat16), ("eager", torch.float32)):
+    low = dtype
+    for impl, dtype in ((NAME, low), ("sdpa", low), ("eager", torch.float32)):
         m = model(impl, dtype, copy.deepcopy(config) if config is not None else CONFIG, state).train()
         m(x, labels=x).loss.backward()
         grads[impl] = {n: p.grad for n, p in m.named_parameters()}
@@ -261,6 +262,25 @@ def test_head_dims_beyond_the_lessons_train(shape):
     expect_gradients_within_sdpas_reach(x, fresh(), state, what=f"D = {d}: ")
 
 
+def test_fp16_model_trains_within_sdpas_reach():
+    """A float16 model (where the library is built with fp16: FA_DTYPES): inference logits within fp16
+    SDPA's own error of the fp32 eager model, and one backward's gradients within fp16 SDPA's reach. A
+    build without fp16 refuses the forward by name."""
+    x = ids(2, 150, seed=44)
+    try:
+        with torch.no_grad():
+            ours = model(NAME, torch.float16)(x).logits
+    except fa_course.UnsupportedInputError as e:
+        assert "element type fp16 is not supported" in str(e), e
+        pytest.skip(f"the library is built without fp16 (FA_DTYPES): {e}")
+    with torch.no_grad():
+        exact = model("eager", torch.float32)(x).logits
+        sdpa = model("sdpa", torch.float16)(x).logits
+    assert ours.dtype == torch.float16 and torch.isfinite(ours).all()
+    assert rel(ours, exact) <= max(1.5 * rel(sdpa, exact), 1e-3), f"fp16 logits: {rel(ours, exact):.2e} vs sdpa {rel(sdpa, exact):.2e}"
+    expect_gradients_within_sdpas_reach(x, dtype=torch.float16, what="fp16: ")
+
+
 def test_refusals_say_why():
     x = ids(2, 64, seed=6)
     m = model(NAME)
@@ -268,8 +288,6 @@ def test_refusals_say_why():
     padded[0, :10] = 0  # the first sequence is 10 tokens shorter
     with torch.enable_grad(), pytest.raises(ValueError, match="padding mask .* while autograd records"):
         m(x, attention_mask=padded)  # a forward autograd records: the varlen backward is not built
-    with pytest.raises(NotImplementedError, match="bfloat16"):  # autograd records: no fp16 backward
-        model(NAME, torch.float16)(x)
     d80 = copy.deepcopy(CONFIG)  # a head dim no build has (FA_HEAD_DIMS=all has 96, Phi's)
     d80.hidden_size, d80.head_dim = 320, 80
     with pytest.raises(fa_course.UnsupportedInputError, match="head dim 80"):

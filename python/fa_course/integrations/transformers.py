@@ -18,8 +18,8 @@ fa_course.flash_attn_varlen_func (with the layer's window, softcap and sinks) an
 the padded rows' outputs zero. What it refuses, with a ValueError or fa_course.UnsupportedInputError
 that says why, instead of computing something else: a padding mask in training (the varlen backward
 is not built yet), packed sequences, a chunked mask, any other mask a model overlays, dropout,
-another dtype or head dim (float16 runs in inference without padding, where the library is built
-with it: FA_DTYPES; its training and its padded batches are bfloat16's alone).
+another dtype or head dim (float16 runs where the library is built with it, FA_DTYPES: inference,
+padded batches and training alike).
 
 Training: query, key and value get their gradients from the course's backward (fa_course.attention
 is differentiable), so a model trains with it as with 'sdpa'. Attention dropout is refused, as

@@ -3,11 +3,14 @@
 // dO, and dQ, dK, dV poisoned (NaN) with guard regions around them. Shapes: ragged N, N_q != N_kv,
 // GQA (dK and dV summed over a group), causal in both alignments, bottom-right with N_q > N_kv
 // (rows that see no key: zero gradients, no NaN), both head dims; sliding windows where the step
-// takes them. And the backward's refusals.
+// takes them; fp16 where the step's backward has it (the production kernels built with fp16). And
+// the backward's refusals.
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -26,19 +29,23 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
+// dO, dQ, dK and dV in the problem's element type: bf16 values, or fp16 bits (AttentionProblem's
+// 16-bit storage).
 struct Gradients {
+  DType dtype = DType::bf16;
   GuardedBuffer<bf16> d_o, dq, dk, dv;
   GuardedBuffer<float> dsinks;  // H_q floats, with sinks
   DeviceBuffer<unsigned char> workspace;
   BackwardParams bp;
-  std::vector<float> host_do;  // (B, H_q, N_q, D) contiguous, the bf16 values as floats
+  std::vector<float> host_do;  // (B, H_q, N_q, D) contiguous, the stored values as floats
 };
 
-// dO random (bf16), dQ, dK, dV contiguous (B, H, N, D) and poisoned, the workspace sized by the
+// dO random (in the problem's type), dQ, dK, dV contiguous (B, H, N, D) and poisoned, the workspace sized by the
 // library's own function.
 Gradients make_gradients(const AttentionProblem& prob, unsigned seed) {
   const AttentionParams p = prob.params();
   Gradients g;
+  g.dtype = p.dtype;
   const size_t q_elems = size_t(p.batch * p.heads_q * p.seqlen_q * p.head_dim);
   const size_t kv_elems = size_t(p.batch * p.heads_kv * p.seqlen_kv * p.head_dim);
   g.d_o = GuardedBuffer<bf16>(q_elems);
@@ -50,8 +57,15 @@ Gradients make_gradients(const AttentionProblem& prob, unsigned seed) {
   std::vector<bf16> d_o(q_elems);
   g.host_do.resize(q_elems);
   for (size_t i = 0; i < q_elems; ++i) {
-    d_o[i] = __float2bfloat16(normal(rng));
-    g.host_do[i] = __bfloat162float(d_o[i]);
+    const float x = normal(rng);
+    if (p.dtype == DType::fp16) {
+      const __half h = __float2half(x);
+      std::memcpy(&d_o[i], &h, sizeof h);
+      g.host_do[i] = __half2float(h);
+    } else {
+      d_o[i] = __float2bfloat16(x);
+      g.host_do[i] = __bfloat162float(d_o[i]);
+    }
   }
   FA_CUDA_CHECK(cudaMemcpy(g.d_o.get(), d_o.data(), q_elems * sizeof(bf16), cudaMemcpyHostToDevice));
   g.workspace = DeviceBuffer<unsigned char>(backward_workspace_bytes(p));
@@ -65,11 +79,8 @@ Gradients make_gradients(const AttentionProblem& prob, unsigned seed) {
   return g;
 }
 
-std::vector<float> as_float(const GuardedBuffer<bf16>& t) {
-  const std::vector<bf16> h = t.download();
-  std::vector<float> f(h.size());
-  for (size_t i = 0; i < h.size(); ++i) f[i] = __bfloat162float(h[i]);
-  return f;
+std::vector<float> as_float(const Gradients& g, const GuardedBuffer<bf16>& t) {
+  return to_float(t, g.dtype);
 }
 
 // A refused call: unsupported, its message naming `why`.
@@ -82,7 +93,7 @@ void expect_refused(const Status& st, const std::string& why) {
 void expect_gradients_untouched(const Gradients& g) {
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   for (const GuardedBuffer<bf16>* t : {&g.dq, &g.dk, &g.dv})
-    for (float x : as_float(*t)) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote a gradient";
+    for (float x : as_float(g, *t)) ASSERT_TRUE(std::isnan(x)) << "a refused call wrote a gradient";
 }
 
 // ‖got − want‖ / ‖want‖, and no NaN or Inf anywhere.
@@ -127,11 +138,13 @@ void check_backward_mode(const ProblemShape& shape, bool deterministic) {
       cpu_reference_backward(ref_p, q.data(), k.data(), v.data(), g.host_do.data(),
                              ReferenceScoreMods{prob.alibi_slopes_host.data(), prob.sinks_host.data()});
   // bf16 gradients of bf16 inputs: on an H200 every case measured 2.2e-3 to 2.9e-3 (the bf16
-  // rounding of the stored gradients), so 1e-2 leaves 3.5× headroom.
-  constexpr double kLimit = 1e-2;
-  expect_close(as_float(g.dq), ref.dq, "dq", where, kLimit);
-  expect_close(as_float(g.dk), ref.dk, "dk", where, kLimit);
-  expect_close(as_float(g.dv), ref.dv, "dv", where, kLimit);
+  // rounding of the stored gradients), so 1e-2 leaves 3.5× headroom. fp16 has 3 more bits of
+  // mantissa, so its errors should be about 8× smaller (P, dS and the gradients rounded to fp16):
+  // 2e-3 is below every bf16 case, so that fp16 data computed or rounded as bf16 anywhere fails.
+  const double limit = g.dtype == DType::fp16 ? 2e-3 : 1e-2;
+  expect_close(as_float(g, g.dq), ref.dq, "dq", where, limit);
+  expect_close(as_float(g, g.dk), ref.dk, "dk", where, limit);
+  expect_close(as_float(g, g.dv), ref.dv, "dv", where, limit);
   // The sinks' gradient: a sum over every row of its head of −P_sink·D_i, D_i = dO_i · O_i from the
   // bf16 O the forward stored (the reference's is exact); the limit is a guess until measured.
   if (shape.sinks) {
@@ -346,6 +359,42 @@ TEST(Backward, HeadDimsWithoutABackwardAreRefused) {
     expect_gradients_untouched(g);
   }
   if (runs == 0) GTEST_SKIP() << "the step's forward has no head dim beyond its backward's";
+}
+
+// fp16 (the production kernels built with FA_DTYPES=bf16;fp16): the backward in fp16 at the fp64
+// reference, at fp16's tighter limit (check_backward_mode), every head dim the backward has, in
+// each kernel family it runs: ragged GQA, causal bottom-right with rows that see no key, a longer
+// causal call at 128, a window, large logits under a cap, and every modification together (where
+// the step takes them). Skipped, never passed, where the step has no fp16 forward to produce O (every
+// lesson, a build without fp16).
+TEST(Backward, Fp16) {
+  FA_REQUIRE_GPU();
+  const StepInfo& step = testing::the_step();
+  if (std::find(step.caps.dtypes.begin(), step.caps.dtypes.end(), DType::fp16) == step.caps.dtypes.end())
+    GTEST_SKIP() << "the step has no fp16 forward (FA_DTYPES=bf16;fp16 builds the production kernels'): NOT RUN";
+  auto fp16 = [](ProblemShape s) {
+    s.dtype = DType::fp16;
+    return s;
+  };
+  const bool on_sm90 = testing::runs_sm90();
+  for (int d : testing::backward_head_dims(step)) {
+    if (d == 256 && !on_sm90) continue;  // refused there in any type (HeadDimsBeyondTheLessons)
+    check_backward(fp16(shape(2, 4, 2, 77, 131, d, false, CausalAlign::top_left, 41)));
+    check_backward(fp16(shape(1, 4, 1, 200, 70, d, true, CausalAlign::bottom_right, 42)));
+  }
+  check_backward(fp16(shape(1, 2, 1, 1000, 1000, 128, true, CausalAlign::top_left, 43)));
+  ProblemShape windowed = fp16(shape(1, 4, 2, 333, 517, 64, false, CausalAlign::top_left, 44));
+  windowed.window_left = 100, windowed.window_right = 50;
+  ProblemShape hot = fp16(shape(1, 2, 2, 300, 300, 128, false, CausalAlign::top_left, 45));
+  hot.input = InputKind::large_logits;
+  hot.softcap = 30.0f;
+  ProblemShape all = fp16(shape(2, 4, 2, 400, 600, 128, true, CausalAlign::bottom_right, 46));
+  all.window_left = 100, all.window_right = 0;
+  all.softcap = 20.0f, all.alibi = ProblemShape::Alibi::per_head, all.sinks = true, all.softmax_scale = 0.2f;
+  const bool mods = step.caps.softcap && step.caps.alibi && step.caps.sinks;
+  if (step.caps.sliding_window) check_backward(windowed);
+  if (mods) check_backward(hot);
+  if (mods && step.caps.sliding_window) check_backward(all);
 }
 
 // Refusals: no LSE, a workspace too small, dK overlapping dV; nothing is written.
