@@ -5,7 +5,7 @@
 //   1. preprocess   D_i = rowsum(dO_i ∘ O_i), and the LSE in exp2 units, per query row; dQ's
 //                   accumulator zeroed; with sinks, their gradient from D and the LSE (sink_grad)
 //   2. main kernel  dK, dV per KV tile; dQ added into its fp32 accumulator
-//   3. convert      dQ = the accumulator, rounded to bf16
+//   3. convert      dQ = the accumulator, rounded to the gradients' type (bf16 or fp16)
 //
 // and two pieces of the main kernels that do not depend on how they multiply:
 //   load_work_item  the cp.async copies of one work item (a Q tile of one query head): Q, dO, and
@@ -56,7 +56,7 @@ inline dim3 stream_grid(const AttentionParams& p) {
 // (B, H_q, N_q) array; dQ's fp32 accumulator row zeroed in the same pass (the main kernel adds
 // into it). Beside D, the row's LSE in exp2 units (LSE·log2 e, and +inf for a row that saw no key,
 // so that its P is 0 and not NaN), which the main kernel copies as it is.
-// T: the element type of O and dO (bf16; fp16 where a backward has it).
+// T: the element type of O and dO (bf16, or fp16 where the build has it).
 template <int HEAD_DIM, typename T = bf16>
 __global__ void __launch_bounds__(kStreamThreads)
     preprocess_kernel(const BackwardParams bp, float* delta, float* lse2, float* dq_accum) {

@@ -77,7 +77,7 @@ struct BwdConfig {
   static_assert(NUM_WARPS % ROW_TILES == 0, "whole row tiles per warp");
   static constexpr int STAGES = 2;
   // Shared memory: K, V (BLOCK_N, D), STAGES × [Q, dO] (BLOCK_M, D), Pᵀ and dSᵀ (BLOCK_N, BLOCK_M),
-  // bf16; then STAGES × [the Q tile's LSE (exp2 units), D], fp32. dS for dQ is dSᵀ read transposed
+  // T (16 bits); then STAGES × [the Q tile's LSE (exp2 units), D], fp32. dS for dQ is dSᵀ read transposed
   // (load_a_trans), not a third tile.
   template <int HEAD_DIM>
   static constexpr int smem_bytes() {

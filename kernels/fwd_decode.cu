@@ -11,7 +11,7 @@
 // the decode-sized ones. On an H200 it reads the KV cache at the memory's rate, 3× what the Hopper forward's
 // 128-row tiles reach on one real row.
 //
-// What step 28 hard-wired is the production layer's here: the epilogue (PackedStore, bf16 O or the
+// What step 28 hard-wired is the production layer's here: the epilogue (PackedStore, O in T or the
 // fp32 partials, kernels/epilogue.h) and the tuner's configuration list; the mask is the call's
 // causal flag in either alignment, as CausalFlag, on each row's query. The score modifications
 // (softcap, ALiBi, sinks; kernels/score_mod.h) run in kernels of their own (MODS), each packed row

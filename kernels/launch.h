@@ -20,9 +20,9 @@
 #define FA_KERNEL_HEAD_DIM_MASK ((1ull << (64 / 8)) | (1ull << (128 / 8)))
 #endif
 
-// The element types this build instantiates the production forwards for: CMake's FA_DTYPES, passed
-// as FA_KERNEL_DTYPE_MASK, bit t set for DType value t (bf16 = 0 always: the lessons, the backwards
-// and the decode kernel are bf16). An fp16 kernel is not compiled without bit 1.
+// The element types this build instantiates the production kernels for (both forwards, the decode
+// kernel, both backwards): CMake's FA_DTYPES, passed as FA_KERNEL_DTYPE_MASK, bit t set for DType
+// value t (bf16 = 0 always: the lessons are bf16). An fp16 kernel is not compiled without bit 1.
 #ifndef FA_KERNEL_DTYPE_MASK
 #define FA_KERNEL_DTYPE_MASK (1u << 0)
 #endif

@@ -20,7 +20,8 @@ Capabilities lesson_caps() {
   return c;
 }
 
-// A production forward built with fp16: both types, the decode kernel's options at bf16 alone.
+// A forward built with fp16 whose decode kernel is not (made up: the production kernels' decode kernel
+// has every type its forwards have): both types, the decode kernel's options at bf16 alone.
 Capabilities forward_caps() {
   Capabilities c = lesson_caps();
   c.dtypes = {DType::bf16, DType::fp16};
@@ -75,7 +76,7 @@ TEST(ValidateDtype, AValueOutsideTheEnumIsNoElementType) {
   }
 }
 
-// Split-KV, a length per sequence and a paged cache are the decode kernel's, which is bf16 alone:
+// Split-KV, a length per sequence and a paged cache are the decode kernel's, here bf16 alone:
 // at fp16 each is refused, naming the option, the kernel and the call's type; at bf16 they pass.
 TEST(ValidateDtype, TheDecodeKernelsOptionsFollowItsTypes) {
   struct Case {
@@ -136,10 +137,10 @@ BackwardParams backward_call(DType t) {
   return bp;
 }
 
-// The backwards are bf16 alone (their Capabilities::dtypes): an fp16 forward's gradient is refused,
-// naming the backward, before the forward's rules are asked.
+// A backward of bf16 alone (its Capabilities::dtypes; a lesson's) under a forward that takes fp16: the
+// fp16 gradient is refused, naming the backward, before the forward's rules are asked.
 TEST(ValidateDtype, ABackwardRefusesATypeItsForwardTakes) {
-  Capabilities bwd = lesson_caps();  // bf16 alone, as kernels/bwd_*.cu's backward_caps()
+  Capabilities bwd = lesson_caps();  // bf16 alone, as a lesson's backward
   EXPECT_TRUE(validate_input(call(DType::fp16), forward_caps()).ok());
   BackwardParams bp = backward_call(DType::bf16);
   ASSERT_TRUE(validate_input(bp.fwd, bwd).ok());

@@ -27,9 +27,9 @@ def reference(q, k, v, causal=False, bottom_right=False, scale=None, lse=False):
     return (o, l) if lse else o
 
 
-def inputs(b, n_q, n_kv, h_q, h_kv, d, seed=0):
+def inputs(b, n_q, n_kv, h_q, h_kv, d, seed=0, dtype=torch.bfloat16):
     g = torch.Generator(device=DEV).manual_seed(seed)
-    mk = lambda n, h: torch.randn(b, n, h, d, device=DEV, dtype=torch.bfloat16, generator=g)
+    mk = lambda n, h: torch.randn(b, n, h, d, device=DEV, dtype=dtype, generator=g)
     return mk(n_q, h_q), mk(n_kv, h_kv), mk(n_kv, h_kv)
 
 
@@ -339,11 +339,11 @@ def paged_append_matches(page_size, n_new, d, dtype=torch.bfloat16):
     assert int((~torch.isnan(k_cache.float()).any(-1).any(-1)).sum()) == written, "a row no token owns was written"
 
 
-def packed_inputs(q_len, k_len, h_q, h_kv, d, seed):
-    """Random bf16 packed q (total_q, H_q, D), k and v (total_k, H_kv, D) of sequences of q_len[b]
+def packed_inputs(q_len, k_len, h_q, h_kv, d, seed, dtype=torch.bfloat16):
+    """Random bf16 (or `dtype`) packed q (total_q, H_q, D), k and v (total_k, H_kv, D) of sequences of q_len[b]
     queries and k_len[b] keys, and cu(lengths), their int32 offsets."""
     g = torch.Generator(device=DEV).manual_seed(seed)
-    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=g)
+    rnd = lambda *shape: torch.randn(*shape, device=DEV, dtype=dtype, generator=g)
     cu = lambda lengths: torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device=DEV)
     return rnd(sum(q_len), h_q, d), rnd(sum(k_len), h_kv, d), rnd(sum(k_len), h_kv, d), cu
 
@@ -751,9 +751,9 @@ def within_yardstick(ours, bf16, exact, names=("dq", "dk", "dv"), what="", dtype
         assert rel <= limit, f"{what}{name}: relative norm error {rel:.3e} > {limit}"
 
 
-def upstream(q, seed):
+def upstream(q, seed, dtype=torch.bfloat16):
     g = torch.Generator(device=DEV).manual_seed(seed)
-    return torch.randn(q.shape, device=DEV, dtype=torch.bfloat16, generator=g)
+    return torch.randn(q.shape, device=DEV, dtype=dtype, generator=g)
 
 
 GRAD_SHAPES = [(2, 77, 131, 4, 2, 64), (1, 131, 77, 4, 2, 128), (1, 300, 300, 4, 1, 128), (2, 300, 300, 4, 4, 64),
@@ -1117,10 +1117,10 @@ def test_no_gradient_is_lost_silently():
 
 
 def test_kind_errors_name_the_call_and_the_fix():
-    """A CPU tensor or an fp16 one gets a message that names the function called and what it needs."""
+    """A CPU tensor or an fp32 one gets a message that names the function called and what it needs."""
     q, k, v = inputs(1, 64, 64, 2, 2, 64, seed=48)
     with pytest.raises(ValueError, match=r"flash_attn_with_kvcache: q must be bfloat16 .*\.to\(torch\.bfloat16\)"):
-        fa_course.flash_attn_with_kvcache(q.half(), k, v, cache_seqlens=64)
+        fa_course.flash_attn_with_kvcache(q.float(), k.float(), v.float(), cache_seqlens=64)
     cu = torch.tensor([0, 64], dtype=torch.int32)
     with pytest.raises(ValueError, match="flash_attn_varlen_func: q must be a 3-D .* CUDA tensor"):
         fa_course.flash_attn_varlen_func(q[0].cpu(), k[0].cpu(), v[0].cpu(), cu, cu, 64, 64)
@@ -1234,8 +1234,8 @@ def test_fp16_gradients_against_fp64_reference(shape, causal, align):
     2e-3 (fp16's rounding is 8 times finer than bf16's); rows with no key get zero dq."""
     if not fp16_built():
         pytest.skip("the library is built without fp16 (FA_DTYPES)")
-    q, k, v = (t.half() for t in inputs(*shape, seed=70))
-    do = upstream(q, seed=71).half()
+    q, k, v = inputs(*shape, seed=70, dtype=torch.float16)  # fp16's 11 bits, not bf16 values cast
+    do = upstream(q, seed=71, dtype=torch.float16)
     ours, half, exact = three_ways([q, k, v], do, causal=causal, causal_align=align)
     within_yardstick(ours, half, exact, dtype=torch.float16)
     n_q, n_kv = shape[1], shape[2]
@@ -1252,8 +1252,8 @@ def test_fp16_gradients_at_head_dims_beyond_the_lessons(d):
         pytest.skip("the backward at head dim 256 runs on sm_90 alone")
     if not fp16_built():
         pytest.skip("the library is built without fp16 (FA_DTYPES)")
-    q, k, v = (t.half() for t in inputs(1, 200, 333, 4, 2, d, seed=72 + d))
-    do = upstream(q, seed=73).half()
+    q, k, v = inputs(1, 200, 333, 4, 2, d, seed=72 + d, dtype=torch.float16)
+    do = upstream(q, seed=73, dtype=torch.float16)
     within_yardstick(*three_ways([q, k, v], do, causal=True, causal_align="bottom_right"), dtype=torch.float16,
                      what=f"D = {d}: ")
 
@@ -1264,8 +1264,8 @@ def test_fp16_gradients_with_a_window_and_every_score_mod():
     if not fp16_built():
         pytest.skip("the library is built without fp16 (FA_DTYPES)")
     shape = (2, 300, 517, 4, 2, 64)
-    q, k, v = (t.half() for t in inputs(*shape, seed=74))
-    do = upstream(q, seed=75).half()
+    q, k, v = inputs(*shape, seed=74, dtype=torch.float16)
+    do = upstream(q, seed=75, dtype=torch.float16)
     mods = mod_args("all", shape[0], shape[3], seed=76)
     sinks = mods.pop("sinks").float()
     opts = dict(causal=True, causal_align="bottom_right", **mods)  # "all": a window of 100 keys too
@@ -1280,25 +1280,26 @@ def test_fp16_gradients_with_a_window_and_every_score_mod():
 
 
 def test_fp16_flash_attn_with_kvcache_and_varlen():
-    """fp16 through the decode kernel (where built): a paged cache with an append, and a packed
-    varlen call of decode-sized and longer sequences, each at fp16's tolerance against fp64."""
+    """fp16 through the decode kernel (where built): a paged cache with an append, and packed varlen
+    calls, decode-sized (the decode kernel's packed path on either kernel) and longer (kernel 101's
+    own packed prefill on an H100/H200), each at fp16's tolerance against fp64."""
     if not fp16_built():
         pytest.skip("the library is built without fp16 (FA_DTYPES)")
     paged_append_matches(16, 2, 128, dtype=torch.float16)
-    q_len, k_len, h_q, h_kv, d = [5, 1, 130, 64], [5, 300, 130, 1], 8, 2, 128
-    q, k, v, cu = packed_inputs(q_len, k_len, h_q, h_kv, d, seed=77)
-    q, k, v = q.half(), k.half(), v.half()
-    with torch.no_grad():
-        out, lse = fa_course.flash_attn_varlen_func(q, k, v, cu(q_len), cu(k_len), max(q_len), max(k_len),
-                                                    causal=True, return_lse=True)
-    assert out.dtype == torch.float16
-    qa = ka = 0
-    for nq, nk in zip(q_len, k_len):
-        ref_o, ref_lse = reference(q[None, qa:qa + nq], k[None, ka:ka + nk], v[None, ka:ka + nk], causal=True,
-                                   bottom_right=True, lse=True)
-        torch.testing.assert_close(out[None, qa:qa + nq].double(), ref_o.double(), atol=ATOL16, rtol=RTOL16)
-        torch.testing.assert_close(lse[:, qa:qa + nq].double(), ref_lse[0].double(), atol=1e-3, rtol=1e-3)
-        qa, ka = qa + nq, ka + nk
+    for q_len, k_len in (([1, 3, 1, 2], [700, 77, 1, 2000]), ([5, 1, 130, 64], [5, 300, 130, 1])):
+        h_q, h_kv, d = 8, 2, 128
+        q, k, v, cu = packed_inputs(q_len, k_len, h_q, h_kv, d, seed=77, dtype=torch.float16)
+        with torch.no_grad():
+            out, lse = fa_course.flash_attn_varlen_func(q, k, v, cu(q_len), cu(k_len), max(q_len), max(k_len),
+                                                        causal=True, return_lse=True)
+        assert out.dtype == torch.float16
+        qa = ka = 0
+        for nq, nk in zip(q_len, k_len):
+            ref_o, ref_lse = reference(q[None, qa:qa + nq], k[None, ka:ka + nk], v[None, ka:ka + nk], causal=True,
+                                       bottom_right=True, lse=True)
+            torch.testing.assert_close(out[None, qa:qa + nq].double(), ref_o.double(), atol=ATOL16, rtol=RTOL16)
+            torch.testing.assert_close(lse[:, qa:qa + nq].double(), ref_lse[0].double(), atol=1e-3, rtol=1e-3)
+            qa, ka = qa + nq, ka + nk
 
 
 def test_fp16_mixed_types_and_cache_calls_are_refused():
