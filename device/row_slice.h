@@ -67,15 +67,7 @@ __device__ __forceinline__ void unpack_bf16x2(uint32_t w, float& lo, float& hi) 
   hi = __uint_as_float(w & 0xFFFF0000u);
 }
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // round to nearest even
-  uint32_t w;
-  memcpy(&w, &v, sizeof w);
-  return w;
-}
-
-// The same pair for T: bf16 as above, or fp16 (the production backward's fp16 path; widening is
-// exact, rounding to nearest even).
+// The same for T: bf16 as above, or fp16 (the production backward's fp16 path; widening is exact).
 template <typename T>
 __device__ __forceinline__ void unpack_row_x2(uint32_t w, float& lo, float& hi) {
   if constexpr (std::is_same_v<T, __half>) {
@@ -86,16 +78,6 @@ __device__ __forceinline__ void unpack_row_x2(uint32_t w, float& lo, float& hi) 
   } else {
     static_assert(std::is_same_v<T, __nv_bfloat16>, "bf16 or fp16 rows");
     unpack_bf16x2(w, lo, hi);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack_row_x2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return ptx::pack_f16x2(lo, hi);
-  } else {
-    static_assert(std::is_same_v<T, __nv_bfloat16>, "bf16 or fp16 rows");
-    return pack_bf16x2(lo, hi);
   }
 }
 
@@ -136,8 +118,8 @@ __device__ __forceinline__ void store_row_slice(T* row, int lane, const float (&
 #pragma unroll
   for (int c = 0; c < N / kChunkElems; ++c) {
     const float* src = x + c * kChunkElems;
-    const uint4 raw{pack_row_x2<T>(src[0], src[1]), pack_row_x2<T>(src[2], src[3]), pack_row_x2<T>(src[4], src[5]),
-                    pack_row_x2<T>(src[6], src[7])};
+    const uint4 raw{ptx::pack_x2<T>(src[0], src[1]), ptx::pack_x2<T>(src[2], src[3]), ptx::pack_x2<T>(src[4], src[5]),
+                    ptx::pack_x2<T>(src[6], src[7])};  // rounded to nearest even (device/ptx/mma.h)
     *reinterpret_cast<uint4*>(row + (c * kRowLanes + lane) * kChunkElems) = raw;
   }
 }

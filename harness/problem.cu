@@ -263,6 +263,14 @@ std::vector<float> to_float(const GuardedBuffer<__nv_bfloat16>& buf) {
   return out;
 }
 
+__nv_bfloat16 float_to_element(float x, DType t) {
+  if (t != DType::fp16) return __float2bfloat16_rn(x);
+  const __half h = __float2half_rn(x);
+  __nv_bfloat16 out;
+  std::memcpy(&out, &h, sizeof out);
+  return out;
+}
+
 float element_to_float(uint16_t bits, DType t) {
   if (t == DType::fp16) {
     __half_raw h;

@@ -126,5 +126,7 @@ std::vector<float> to_float(const GuardedBuffer<__nv_bfloat16>& buf);
 std::vector<float> to_float(const GuardedBuffer<__nv_bfloat16>& buf, DType t);
 // One stored 16-bit element of type `t` as a float (exact: both types are subsets of fp32).
 float element_to_float(uint16_t bits, DType t);
+// A float rounded to type `t` (nearest even), in the 16-bit storage above (bf16 values, or fp16 bits).
+__nv_bfloat16 float_to_element(float x, DType t);
 
 }  // namespace fa

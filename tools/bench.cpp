@@ -17,13 +17,11 @@
 //
 // `--list` prints the plan without a GPU (`--list --json`: the sweep, each point's FLOP count, the
 // tolerances and the timing options, which scripts/compare.py reads instead of keeping copies).
-#include <cuda_fp16.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -413,15 +411,7 @@ void measure_shape(const Plan& plan, size_t i, std::vector<Point*>& points, Prog
     workspace = DeviceBuffer<unsigned char>(backward_workspace_bytes(shape_p));
     // dO in the points' type (bf16 values, or fp16 bits in the same 16-bit storage).
     std::vector<__nv_bfloat16> host(q_elems);
-    for (size_t e = 0; e < q_elems; ++e) {
-      const float x = normal_at(ps.seed + 1, e);  // harness/random.h
-      if (plan.dtype == DType::fp16) {
-        const __half h = __float2half(x);
-        std::memcpy(&host[e], &h, sizeof h);
-      } else {
-        host[e] = __float2bfloat16(x);
-      }
-    }
+    for (size_t e = 0; e < q_elems; ++e) host[e] = float_to_element(normal_at(ps.seed + 1, e), plan.dtype);
     d_o.upload(host);
     bp = contiguous_backward_params(shape_p, d_o.get(), dq.get(), dk.get(), dv.get(), workspace.get(),
                                     workspace.bytes());

@@ -5,7 +5,6 @@
 // (rows that see no key: zero gradients, no NaN), both head dims; sliding windows where the step
 // takes them; fp16 where the step's backward has it (the production kernels built with fp16). And
 // the backward's refusals.
-#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,15 +56,10 @@ Gradients make_gradients(const AttentionProblem& prob, unsigned seed) {
   std::vector<bf16> d_o(q_elems);
   g.host_do.resize(q_elems);
   for (size_t i = 0; i < q_elems; ++i) {
-    const float x = normal(rng);
-    if (p.dtype == DType::fp16) {
-      const __half h = __float2half(x);
-      std::memcpy(&d_o[i], &h, sizeof h);
-      g.host_do[i] = __half2float(h);
-    } else {
-      d_o[i] = __float2bfloat16(x);
-      g.host_do[i] = __bfloat162float(d_o[i]);
-    }
+    d_o[i] = float_to_element(normal(rng), p.dtype);
+    uint16_t bits;
+    std::memcpy(&bits, &d_o[i], sizeof bits);
+    g.host_do[i] = element_to_float(bits, p.dtype);
   }
   FA_CUDA_CHECK(cudaMemcpy(g.d_o.get(), d_o.data(), q_elems * sizeof(bf16), cudaMemcpyHostToDevice));
   g.workspace = DeviceBuffer<unsigned char>(backward_workspace_bytes(p));
