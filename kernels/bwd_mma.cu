@@ -359,10 +359,9 @@ Capabilities backward_caps() {
 template <int HEAD_DIM, typename Cfg>
 Status launch_for(const BackwardParams& bp, cudaStream_t stream) {
   return with_backward_policies(bp.fwd, [&](auto mask, auto mod) {
-    if constexpr (dtype_built(DType::fp16))
-      if (bp.fwd.dtype == DType::fp16)
-        return launch_backward<HEAD_DIM, Cfg, decltype(mask), decltype(mod), fp16>(bp, stream);
-    return launch_backward<HEAD_DIM, Cfg, decltype(mask), decltype(mod), bf16>(bp, stream);
+    return with_element_type<bf16, fp16>(bp.fwd.dtype, [&]<typename T>() {
+      return launch_backward<HEAD_DIM, Cfg, decltype(mask), decltype(mod), T>(bp, stream);
+    });
   });
 }
 

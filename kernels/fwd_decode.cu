@@ -617,9 +617,7 @@ struct Launcher {
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
     // The call's element type picks the kernels, as the forwards' launchers do: fp16 where the build
     // compiles it (dtypes(); the calling kernel validated the type).
-    if constexpr (dtype_built(DType::fp16))
-      if (p.dtype == DType::fp16) return launch_as<fp16, HEAD_DIM, Cfg>(p, stream);
-    return launch_as<bf16, HEAD_DIM, Cfg>(p, stream);
+    return with_element_type<bf16, fp16>(p.dtype, [&]<typename T>() { return launch_as<T, HEAD_DIM, Cfg>(p, stream); });
   }
 
   template <typename T, int HEAD_DIM, typename Cfg>

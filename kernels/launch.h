@@ -39,6 +39,16 @@ constexpr bool dtype_built(DType t) {
   return int(t) >= 0 && int(t) < 32 && ((unsigned(FA_KERNEL_DTYPE_MASK) >> int(t)) & 1u) != 0;
 }
 
+/// The launchers' one dispatch on the element type: `launch.template operator()<T>()` with T = Fp16
+/// for an fp16 call where the build compiles fp16, else Bf16 (validation has refused every type the
+/// build left out), e.g. `with_element_type<bf16, fp16>(p.dtype, [&]<typename T>() { ... })`.
+template <typename Bf16, typename Fp16, typename Launch>
+Status with_element_type(DType dtype, Launch&& launch) {
+  if constexpr (dtype_built(DType::fp16))
+    if (dtype == DType::fp16) return launch.template operator()<Fp16>();
+  return launch.template operator()<Bf16>();
+}
+
 /// The element types this build compiles the production forwards for (their Capabilities::dtypes).
 inline std::vector<DType> built_dtypes() {
   std::vector<DType> out;
