@@ -1,5 +1,6 @@
 // The packed-sequence (varlen) check of step 31 and the Hopper forward, against the fp64
-// reference sequence by sequence. Q, K and V are packed (total, H, D) tensors built from fresh random bf16 values;
+// reference sequence by sequence. Q, K and V are packed (total, H, D) tensors built from fresh random bf16 values
+// (or fp16 ones: VarlenOptions::dtype, for the production kernels built with FA_DTYPES=bf16;fp16);
 // sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1] − 1 of each, with lengths that differ between queries and keys,
 // sequences with no queries or no keys, and a longest length above every real one. O and the LSE
 // start NaN with rows past the packed ones, which must stay NaN; K and V have NaN rows past
@@ -13,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -23,6 +25,7 @@
 #include "harness/check.h"
 #include "harness/cuda_check.h"
 #include "harness/device_buffer.h"
+#include "harness/problem.h"
 #include "library/tuner.h"
 #include "reference/cpu_reference.h"
 #include "tests/gpu/bf16_bits.h"
@@ -33,18 +36,21 @@ namespace fa::testing {
 constexpr int kGuardRows = 8;  // NaN rows after each packed tensor
 
 struct PackedTensor {
-  std::vector<float> host;     // (total, H, D), bf16 values as floats
+  std::vector<float> host;     // (total, H, D), the elements' values as floats
   std::vector<uint16_t> bits;  // the same plus kGuardRows NaN rows
 };
 
-inline PackedTensor random_packed(int64_t total, int64_t heads, int64_t d, std::mt19937& rng) {
+// Elements of type `dtype` (bf16 or fp16; 0xFFFF, the guard rows' value, is NaN in both).
+inline PackedTensor random_packed(int64_t total, int64_t heads, int64_t d, std::mt19937& rng,
+                                  DType dtype = DType::bf16) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   PackedTensor t;
   t.bits.assign(size_t((total + kGuardRows) * heads * d), 0xFFFF);
   t.host.resize(size_t(total * heads * d));
   for (size_t i = 0; i < t.host.size(); ++i) {
-    t.bits[i] = bf16_bits(normal(rng));
-    t.host[i] = bf16_float(t.bits[i]);
+    t.bits[i] =
+        dtype == DType::bf16 ? bf16_bits(normal(rng)) : std::bit_cast<uint16_t>(float_to_element(normal(rng), dtype));
+    t.host[i] = element_to_float(t.bits[i], dtype);
   }
   return t;
 }
@@ -59,10 +65,12 @@ inline std::vector<int32_t> offsets(const std::vector<int32_t>& lengths) {
 // `slack`), with num_splits (0: no workspace; S > 1: that many with one), and checks each sequence.
 // `config`: run that configuration of the step's own tuner (Tuner::run_config, no routing), else
 // the step's forward. `window`: a sliding window (left, right) on every sequence. `refusal`: the
-// call must be refused with a message holding it, and O and the LSE left as they were.
+// call must be refused with a message holding it, and O and the LSE left as they were. `dtype`: Q, K,
+// V and O's element type, O held to that type's rule (output_tolerance).
 struct VarlenOptions {
   std::pair<int64_t, int64_t> window{-1, -1};
   std::string refusal;
+  DType dtype = DType::bf16;
 };
 inline void expect_varlen_matches(const std::vector<int32_t>& q_len, const std::vector<int32_t>& kv_len,
                                   int64_t heads_q, int64_t heads_kv, int64_t d, bool causal, int num_splits,
@@ -72,8 +80,10 @@ inline void expect_varlen_matches(const std::vector<int32_t>& q_len, const std::
   const std::vector<int32_t> cu_q = offsets(q_len), cu_kv = offsets(kv_len);
   const int64_t total_q = cu_q.back(), total_kv = cu_kv.back();
   std::mt19937 rng(uint32_t(31000 + B * 7 + total_q * 13 + total_kv * 17 + d + causal));
-  const PackedTensor q = random_packed(total_q, heads_q, d, rng), k = random_packed(total_kv, heads_kv, d, rng),
-                     v = random_packed(total_kv, heads_kv, d, rng);
+  const DType dtype = options.dtype;
+  const PackedTensor q = random_packed(total_q, heads_q, d, rng, dtype),
+                     k = random_packed(total_kv, heads_kv, d, rng, dtype),
+                     v = random_packed(total_kv, heads_kv, d, rng, dtype);
   DeviceBuffer<uint16_t> q_dev(q.bits.size()), k_dev(k.bits.size()), v_dev(v.bits.size());
   q_dev.upload(q.bits), k_dev.upload(k.bits), v_dev.upload(v.bits);
   // The rows the call says its packed tensors have: the sequences', or those and the NaN rows.
@@ -87,7 +97,7 @@ inline void expect_varlen_matches(const std::vector<int32_t>& q_len, const std::
   cu_q_dev.upload(cu_q), cu_kv_dev.upload(cu_kv);
 
   AttentionParams p;
-  p.batch = B, p.heads_q = heads_q, p.heads_kv = heads_kv, p.head_dim = d;
+  p.batch = B, p.heads_q = heads_q, p.heads_kv = heads_kv, p.head_dim = d, p.dtype = dtype;
   p.seqlen_q = *std::max_element(q_len.begin(), q_len.end()) + slack;
   p.seqlen_kv = *std::max_element(kv_len.begin(), kv_len.end()) + slack;
   p.q = q_dev.get(), p.k = k_dev.get(), p.v = v_dev.get(), p.o = o_dev.get(), p.lse = lse_dev.get();
@@ -120,7 +130,8 @@ inline void expect_varlen_matches(const std::vector<int32_t>& q_len, const std::
     lens += std::to_string(q_len[size_t(b)]) + "/" + std::to_string(kv_len[size_t(b)]) + " ";
   SCOPED_TRACE("lengths (q/kv) " + lens + "H " + std::to_string(heads_q) + "/" + std::to_string(heads_kv) + " D " +
                std::to_string(d) + (causal ? " causal" : "") + ", num_splits " + std::to_string(num_splits) +
-               ", window (" + std::to_string(p.window_left) + ", " + std::to_string(p.window_right) + ")");
+               ", window (" + std::to_string(p.window_left) + ", " + std::to_string(p.window_right) + ")" +
+               (dtype == DType::fp16 ? ", fp16" : ""));
   const std::vector<uint16_t> o_bits = o_dev.download();
   const std::vector<float> lse_all = lse_dev.download();
   std::vector<float> out, out_lse;  // the kernel's, in the reference's per-sequence (H, N_q, D) order
@@ -138,11 +149,12 @@ inline void expect_varlen_matches(const std::vector<int32_t>& q_len, const std::
     for (int64_t h = 0; h < heads_q; ++h)
       for (int64_t i = 0; i < one.seqlen_q; ++i) {
         const int64_t row = cu_q[size_t(b)] + i;
-        for (int64_t c = 0; c < d; ++c) out.push_back(bf16_float(o_bits[size_t((row * heads_q + h) * d + c)]));
+        for (int64_t c = 0; c < d; ++c)
+          out.push_back(element_to_float(o_bits[size_t((row * heads_q + h) * d + c)], dtype));
         out_lse.push_back(lse_all[size_t(h * call_q + row)]);
       }
   }
-  const CompareResult co = compare(out, ref_o, bf16_tolerance());
+  const CompareResult co = compare(out, ref_o, output_tolerance(dtype));
   const CompareResult cl = compare(out_lse, ref_lse, lse_tolerance());
   EXPECT_TRUE(co.ok) << "O: " << co.summary();
   EXPECT_TRUE(cl.ok) << "LSE: " << cl.summary();

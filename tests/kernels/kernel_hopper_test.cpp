@@ -61,6 +61,32 @@ TEST(KernelHopper, EveryConfigurationReadsPackedSequences) {
   EXPECT_GT(runs, 0);
 }
 
+// The same in fp16 (a build with FA_DTYPES=bf16;fp16): every configuration's fp16 Packed kernels,
+// and decode-sized packed rows (the decode kernel's packed path), split and not.
+TEST(KernelHopper, EveryConfigurationReadsPackedSequencesInFp16) {
+  FA_REQUIRE_GPU();
+  const std::vector<DType>& types = testing::the_step().caps.dtypes;
+  if (std::find(types.begin(), types.end(), DType::fp16) == types.end())
+    GTEST_SKIP() << "built without fp16 (FA_DTYPES=bf16;fp16 builds it): NOT RUN";
+  const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionHopper);
+  ASSERT_NE(t, nullptr);
+  testing::VarlenOptions fp16;
+  fp16.dtype = DType::fp16;
+  int runs = 0;
+  for (int d : testing::the_step().caps.head_dims) {
+    for (const std::string& config : t->config_names(d))
+      for (bool causal : {false, true}) {
+        SCOPED_TRACE(config);
+        testing::expect_varlen_matches({300, 37, 520, 129}, {400, 37, 520, 641}, 4, 2, d, causal, 0, 0,
+                                       /*rows_past_last=*/true, config, fp16);
+        ++runs;
+      }
+    for (int splits : {0, 3})
+      testing::expect_varlen_matches({1, 4, 1, 2}, {1000, 77, 1, 4096}, 32, 8, d, true, splits, 0, false, "", fp16);
+  }
+  EXPECT_GT(runs, 0);
+}
+
 // fp16 (a build with FA_DTYPES=bf16;fp16): every configuration's fp16 kernels over the sweep's shapes
 // (ragged, GQA, both alignments, rows with no key, large logits, long sequences, strided rows),
 // not only those the tuner picks for the shared suite's Fp16 cases.

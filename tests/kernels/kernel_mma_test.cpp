@@ -8,6 +8,7 @@
 #include "kernels/kernels.h"
 #include "tests/gpu/config_sweep.h"
 #include "tests/gpu/step_suite.h"
+#include "tests/gpu/varlen_check.h"
 
 namespace fa {
 namespace {
@@ -29,6 +30,25 @@ TEST(KernelMma, EveryConfigMatchesTheReferenceInFp16) {
   if (std::find(types.begin(), types.end(), DType::fp16) == types.end())
     GTEST_SKIP() << "built without fp16 (FA_DTYPES=bf16;fp16 builds it): NOT RUN";
   testing::expect_every_config_matches(testing::the_step(), DType::fp16);
+}
+
+// Packed sequences (varlen) in fp16 (a build with FA_DTYPES=bf16;fp16): long ones through the
+// forward's own kernels, decode-sized ones through the decode kernel's packed path, split and not,
+// in neighbours whose rows would change the result if read and NaN rows past the last.
+TEST(KernelMma, PackedSequencesInFp16) {
+  FA_REQUIRE_GPU();
+  const std::vector<DType>& types = testing::the_step().caps.dtypes;
+  if (std::find(types.begin(), types.end(), DType::fp16) == types.end())
+    GTEST_SKIP() << "built without fp16 (FA_DTYPES=bf16;fp16 builds it): NOT RUN";
+  testing::VarlenOptions fp16;
+  fp16.dtype = DType::fp16;
+  for (int d : testing::the_step().caps.head_dims) {
+    for (bool causal : {false, true})
+      testing::expect_varlen_matches({300, 37, 520, 129}, {400, 37, 520, 641}, 4, 2, d, causal, 0, 0,
+                                     /*rows_past_last=*/true, "", fp16);
+    for (int splits : {0, 3})
+      testing::expect_varlen_matches({1, 4, 1, 2}, {1000, 77, 1, 4096}, 32, 8, d, true, splits, 0, false, "", fp16);
+  }
 }
 
 }  // namespace
