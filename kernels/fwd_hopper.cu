@@ -104,7 +104,7 @@ struct Config {
   static constexpr int CONSUMER_REGS = consumer_regs(PRODUCER_REGS);
   static_assert(kWarpgroupThreads * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= NUM_THREADS * ENTRY_REGS,
                 "the consumers would ask setmaxnreg for more registers than the block holds");
-  static_assert(BLOCK_N == 64 || BLOCK_N == 128, "the wgmma shapes wrapped: N = 64, 128");
+  static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 80, "the wgmma shapes wrapped: N = 64, 80, 128");
   static constexpr float RESCALE_THRESHOLD = 8.0f;  // P <= 2^8 until a row's max moves by more
   // Shared memory: Q, STAGES × (K, V), then (TmaStore) the consumers' O tiles, all in wgmma's
   // swizzle, plus 1 KiB to move the start up to a 1024-byte boundary.
@@ -429,18 +429,28 @@ struct Launcher {
     // modification (kernels/score_mod.h: one alone its own, several ScoreMods); nullptr where this
     // configuration leaves that kernel out (mods_elsewhere): the call runs the two-consumer one.
     using Kernel = decltype(&attention_kernel<HEAD_DIM, Cfg, T, Packed>);
-    const Kernel kernel =
-        p.cu_seqlens_q != nullptr ? attention_kernel<HEAD_DIM, Cfg, T, Packed>
-        : p.has_score_mods()
-            ? with_score_mods(p,
-                              [](auto m) -> Kernel {
-                                if constexpr (mods_elsewhere<HEAD_DIM, Cfg>(decltype(m)::kBits))
-                                  return nullptr;
-                                else
-                                  return attention_kernel<HEAD_DIM, Cfg, T, Batched, WindowFlag, decltype(m)>;
-                              })
-        : p.has_window() ? attention_kernel<HEAD_DIM, Cfg, T, Batched, WindowFlag>
-                         : attention_kernel<HEAD_DIM, Cfg, T, Batched>;
+    if constexpr (Cfg::BLOCK_N == 80) {
+      // 80-key tiles (D = 256) build the plain and the packed kernels alone: the window's and the
+      // modifications' spill there (4 to 92 bytes on sm_90), so those calls run the 64-key tiles.
+      if (p.cu_seqlens_q == nullptr && (p.has_score_mods() || p.has_window()))
+        return launch_as<T, HEAD_DIM, Config<Cfg::BLOCK_M, 64, Cfg::STAGES, typename Cfg::Epilogue>>(p, stream);
+    }
+    const Kernel kernel = [&]() -> Kernel {
+      if (p.cu_seqlens_q != nullptr) return attention_kernel<HEAD_DIM, Cfg, T, Packed>;
+      if constexpr (Cfg::BLOCK_N == 80) {
+        return attention_kernel<HEAD_DIM, Cfg, T, Batched>;  // (windows and modifications: above)
+      } else {
+        if (p.has_score_mods())
+          return with_score_mods(p, [](auto m) -> Kernel {
+            if constexpr (mods_elsewhere<HEAD_DIM, Cfg>(decltype(m)::kBits))
+              return nullptr;
+            else
+              return attention_kernel<HEAD_DIM, Cfg, T, Batched, WindowFlag, decltype(m)>;
+          });
+        return p.has_window() ? attention_kernel<HEAD_DIM, Cfg, T, Batched, WindowFlag>
+                              : attention_kernel<HEAD_DIM, Cfg, T, Batched>;
+      }
+    }();
     if constexpr (HEAD_DIM <= 64 || HEAD_DIM == 96)  // where mods_elsewhere leaves kernels out
       if (kernel == nullptr) return launch_as<T, HEAD_DIM, ModsFallback<HEAD_DIM>>(p, stream);
     constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
@@ -490,7 +500,8 @@ const tuner::Tuner kTuner(
                       At<96, Config<128, 128, 3, RegisterStore>>{},    //
                       At<192, Config<128, 64, 2>>{},                   // Part VI: 2 consumers, 64-key tiles
                       At<192, Config<128, 64, 3, RegisterStore>>{},    //
-                      At<256, Config<128, 64, 2, RegisterStore>>{}));  // 193 KB: O from registers
+                      At<256, Config<128, 64, 2, RegisterStore>>{},    // 193 KB: O from registers
+                      At<256, Config<128, 80, 2, RegisterStore>>{}));  // 225 KB: 80-key tiles
 
 const Capabilities kCaps = [] {
   Capabilities c = forward_caps({32, 64, 96, 128, 192, 256});

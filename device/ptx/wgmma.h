@@ -158,6 +158,7 @@ __device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[F][4]) {
 #define FA_WG_REGS_32_63                                                                                           \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, " \
   "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define FA_WG_REGS_32_39 "%32, %33, %34, %35, %36, %37, %38, %39"
 // scale-d comes from a predicate: 0 on the first k step overwrites d instead of accumulating.
 #define FA_WG_PRED(k) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #k ", 0;\n"
 // The instruction for shape m64nNk16 with A and B of type TY ("bf16" or "f16"), fp32 accumulators.
@@ -166,6 +167,11 @@ __device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[F][4]) {
 #define FA_WG_SS_64(TY)                                                                            \
   FA_SM90A_ASM(FA_WG_PRED(34) FA_WG_MMA(64, TY) FA_WG_REGS_0_31 "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
                : FA_WG_ACC32(0)                                                                    \
+               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)))
+#define FA_WG_SS_80(TY)                                                                            \
+  FA_SM90A_ASM(FA_WG_PRED(42) FA_WG_MMA(80, TY) FA_WG_REGS_0_31 ", " FA_WG_REGS_32_39              \
+                                                                "}, %40, %41, p, 1, 1, 0, 0;\n}\n" \
+               : FA_WG_ACC32(0), FA_WG_ACC4(8), FA_WG_ACC4(9)                                      \
                : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)))
 #define FA_WG_SS_128(TY)                                                                            \
   FA_SM90A_ASM(FA_WG_PRED(66) FA_WG_MMA(128, TY) FA_WG_REGS_0_31 ", " FA_WG_REGS_32_63              \
@@ -188,14 +194,18 @@ __device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[F][4]) {
 
 /// d (64 × N fp32, N / 2 registers per thread as N / 8 fragments of 4) = A·B (+ d when
 /// `accumulate`): A 64×16 and B 16×N, both K-major Elem (bf16 or fp16) in shared memory, given by
-/// descriptors. N = 64 or 128.
+/// descriptors. N = 64, 80 (the forward's 80-key tiles at D = 256) or 128.
 template <int N, typename Elem = __nv_bfloat16>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  static_assert(N == 64 || N == 128, "the wgmma shapes wrapped: N = 64, 128");
+  static_assert(N == 64 || N == 80 || N == 128, "the wgmma shapes wrapped: N = 64, 80, 128");
   if constexpr (N == 64 && kIsFp16<Elem>)
     FA_WG_SS_64("f16");
   else if constexpr (N == 64)
     FA_WG_SS_64("bf16");
+  else if constexpr (N == 80 && kIsFp16<Elem>)
+    FA_WG_SS_80("f16");
+  else if constexpr (N == 80)
+    FA_WG_SS_80("bf16");
   else if constexpr (kIsFp16<Elem>)
     FA_WG_SS_128("f16");
   else
@@ -229,6 +239,7 @@ __device__ __forceinline__ void wgmma_ss_mn(float (&d)[N / 8][4], uint64_t desc_
 }
 
 #undef FA_WG_SS_64
+#undef FA_WG_SS_80
 #undef FA_WG_SS_128
 #undef FA_WG_RS_MN_64
 #undef FA_WG_RS_MN_128
@@ -238,6 +249,7 @@ __device__ __forceinline__ void wgmma_ss_mn(float (&d)[N / 8][4], uint64_t desc_
 #undef FA_WG_ACC32
 #undef FA_WG_REGS_0_31
 #undef FA_WG_REGS_32_63
+#undef FA_WG_REGS_32_39
 #undef FA_WG_PRED
 
 #endif  // __CUDACC__
