@@ -538,7 +538,7 @@ Status launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
   // The workspace's parts (include/fa/params.h): dQ's fp32 accumulator, D, the turnstiles, and the
   // LSE in exp2 units.
-  // Shared memory first, before anything is written: at D = 128 a block needs 116.25 KB, more than
+  // Shared memory first, before anything is written: at D = 128 a block needs 116.5 KB, more than
   // GPUs of compute capability 8.6 and 8.9 give one (99 KB), and there the call is refused as
   // unsupported, so that the library's choice moves on to an earlier step.
   constexpr int smem = Cfg::template smem_bytes<HEAD_DIM>();
