@@ -615,8 +615,6 @@ Status launch_early(bool early, void (*kernel)(Params...), dim3 grid, int thread
 struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
-    // The call's element type picks the kernels, as the forwards' launchers do: fp16 where the build
-    // compiles it (dtypes(); the calling kernel validated the type).
     return with_element_type<bf16, fp16>(p.dtype, [&]<typename T>() { return launch_as<T, HEAD_DIM, Cfg>(p, stream); });
   }
 

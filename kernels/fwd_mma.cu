@@ -217,8 +217,6 @@ __global__ void __launch_bounds__(Cfg::NUM_THREADS)
 struct Launcher {
   template <int HEAD_DIM, typename Cfg>
   static Status launch(const AttentionParams& p, cudaStream_t stream) {
-    // The call's element type picks the kernels: fp16 where the build compiles them (validation
-    // refused every type the build left out before the tuner was asked).
     return with_element_type<bf16, fp16>(p.dtype, [&]<typename T>() { return launch_as<T, HEAD_DIM, Cfg>(p, stream); });
   }
 

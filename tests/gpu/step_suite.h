@@ -2,6 +2,7 @@
 // tests select them with gtest filters such as "Suite.LargeLogits*".
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,20 @@ inline bool runs_sm90() {
   return check_device(sm90).ok();
 }
 
+// Whether the step takes fp16 (the production kernels built with FA_DTYPES=bf16;fp16).
+inline bool takes_fp16(const StepInfo& step) {
+  return std::find(step.caps.dtypes.begin(), step.caps.dtypes.end(), DType::fp16) != step.caps.dtypes.end();
+}
+
 }  // namespace fa::testing
+
+// Skips the current test (reported as SKIPPED, never as a pass) when the step under test has no
+// fp16 kernels: every lesson, and the production kernels in a build without FA_DTYPES=bf16;fp16.
+#define FA_REQUIRE_FP16()                                                                                       \
+  do {                                                                                                          \
+    if (!::fa::testing::takes_fp16(::fa::testing::the_step()))                                                  \
+      GTEST_SKIP() << "the step has no fp16 kernels (FA_DTYPES=bf16;fp16 builds the production ones): NOT RUN"; \
+  } while (0)
 
 // Skips the current test (reported as SKIPPED, never as a pass) when no GPU is present.
 #define FA_REQUIRE_GPU()                                                                 \

@@ -28,7 +28,6 @@
 #include "harness/problem.h"
 #include "library/tuner.h"
 #include "reference/cpu_reference.h"
-#include "tests/gpu/bf16_bits.h"
 #include "tests/gpu/step_suite.h"
 
 namespace fa::testing {
@@ -48,8 +47,7 @@ inline PackedTensor random_packed(int64_t total, int64_t heads, int64_t d, std::
   t.bits.assign(size_t((total + kGuardRows) * heads * d), 0xFFFF);
   t.host.resize(size_t(total * heads * d));
   for (size_t i = 0; i < t.host.size(); ++i) {
-    t.bits[i] =
-        dtype == DType::bf16 ? bf16_bits(normal(rng)) : std::bit_cast<uint16_t>(float_to_element(normal(rng), dtype));
+    t.bits[i] = std::bit_cast<uint16_t>(float_to_element(normal(rng), dtype));
     t.host[i] = element_to_float(t.bits[i], dtype);
   }
   return t;

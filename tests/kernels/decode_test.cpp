@@ -231,9 +231,7 @@ TEST(Decode, PagesOfACallItDoesNotTakeAreRefused) {
 // of a split's range. Skipped, never passed, in a build without fp16.
 TEST(Decode, Fp16) {
   FA_REQUIRE_GPU();
-  const std::vector<DType>& types = testing::the_step().caps.dtypes;
-  if (std::find(types.begin(), types.end(), DType::fp16) == types.end())
-    GTEST_SKIP() << "built without fp16 (FA_DTYPES=bf16;fp16 builds it): NOT RUN";
+  FA_REQUIRE_FP16();
   auto fp16 = [](ProblemShape s) {
     s.dtype = DType::fp16;
     return s;

@@ -65,9 +65,7 @@ TEST(KernelHopper, EveryConfigurationReadsPackedSequences) {
 // and decode-sized packed rows (the decode kernel's packed path), split and not.
 TEST(KernelHopper, EveryConfigurationReadsPackedSequencesInFp16) {
   FA_REQUIRE_GPU();
-  const std::vector<DType>& types = testing::the_step().caps.dtypes;
-  if (std::find(types.begin(), types.end(), DType::fp16) == types.end())
-    GTEST_SKIP() << "built without fp16 (FA_DTYPES=bf16;fp16 builds it): NOT RUN";
+  FA_REQUIRE_FP16();
   const tuner::Tuner* t = tuner::find_tuner(kernels::kProductionHopper);
   ASSERT_NE(t, nullptr);
   testing::VarlenOptions fp16;
@@ -91,9 +89,7 @@ TEST(KernelHopper, EveryConfigurationReadsPackedSequencesInFp16) {
 // (ragged, GQA, both alignments, rows with no key, large logits, long sequences, strided rows),
 // not only those the tuner picks for the shared suite's Fp16 cases.
 TEST(KernelHopper, EveryConfigMatchesTheReferenceInFp16) {
-  const std::vector<DType>& types = testing::the_step().caps.dtypes;
-  if (std::find(types.begin(), types.end(), DType::fp16) == types.end())
-    GTEST_SKIP() << "built without fp16 (FA_DTYPES=bf16;fp16 builds it): NOT RUN";
+  FA_REQUIRE_FP16();
   testing::expect_every_config_matches(testing::the_step(), DType::fp16);
 }
 

@@ -26,9 +26,7 @@ TEST(KernelMma, RegistersAboveTheStepsAndNamesItsLesson) {
 // (ragged, GQA, both alignments, rows with no key, large logits, long sequences, strided rows),
 // not only those the tuner picks for the shared suite's Fp16 cases.
 TEST(KernelMma, EveryConfigMatchesTheReferenceInFp16) {
-  const std::vector<DType>& types = testing::the_step().caps.dtypes;
-  if (std::find(types.begin(), types.end(), DType::fp16) == types.end())
-    GTEST_SKIP() << "built without fp16 (FA_DTYPES=bf16;fp16 builds it): NOT RUN";
+  FA_REQUIRE_FP16();
   testing::expect_every_config_matches(testing::the_step(), DType::fp16);
 }
 
@@ -37,9 +35,7 @@ TEST(KernelMma, EveryConfigMatchesTheReferenceInFp16) {
 // in neighbours whose rows would change the result if read and NaN rows past the last.
 TEST(KernelMma, PackedSequencesInFp16) {
   FA_REQUIRE_GPU();
-  const std::vector<DType>& types = testing::the_step().caps.dtypes;
-  if (std::find(types.begin(), types.end(), DType::fp16) == types.end())
-    GTEST_SKIP() << "built without fp16 (FA_DTYPES=bf16;fp16 builds it): NOT RUN";
+  FA_REQUIRE_FP16();
   testing::VarlenOptions fp16;
   fp16.dtype = DType::fp16;
   for (int d : testing::the_step().caps.head_dims) {

@@ -363,9 +363,8 @@ TEST(Backward, HeadDimsWithoutABackwardAreRefused) {
 // lesson, a build without fp16).
 TEST(Backward, Fp16) {
   FA_REQUIRE_GPU();
+  FA_REQUIRE_FP16();
   const StepInfo& step = testing::the_step();
-  if (std::find(step.caps.dtypes.begin(), step.caps.dtypes.end(), DType::fp16) == step.caps.dtypes.end())
-    GTEST_SKIP() << "the step has no fp16 forward (FA_DTYPES=bf16;fp16 builds the production kernels'): NOT RUN";
   auto fp16 = [](ProblemShape s) {
     s.dtype = DType::fp16;
     return s;
